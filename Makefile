@@ -1,0 +1,41 @@
+# lambdalake: `make demo` and `make test` are the whole quick start; both call `make setup`.
+PY      := .venv/bin/python
+JARS    := .cache/jars
+MVN     := mvn -q -B -s $(CURDIR)/infra/jvm/settings.xml
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup demo test bench up down status
+
+setup: .venv/.installed $(JARS)/.resolved
+
+.venv/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || python3.11 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip check
+	touch $@
+
+$(JARS)/.resolved: infra/jvm/spark/pom.xml infra/jvm/kafka/pom.xml infra/jvm/settings.xml
+	rm -rf $(JARS)/spark $(JARS)/kafka
+	cd infra/jvm/spark && $(MVN) dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory=$(CURDIR)/$(JARS)/spark
+	cd infra/jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/kafka
+	touch $@
+
+demo: setup
+	$(PY) -m serving_layer.demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m bench
+
+up: setup
+	.venv/bin/lambdalake up
+
+down:
+	.venv/bin/lambdalake down
+
+status:
+	.venv/bin/lambdalake status

@@ -1,0 +1,132 @@
+"""Background services: start with a pid file and a log file, health-check, stop with nothing left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import psutil
+
+from infra.settings import Settings
+
+
+class ServiceError(RuntimeError):
+    """A service could not be started or stopped; the message says why and what to do."""
+
+
+def pid_file(settings: Settings, name: str) -> Path:
+    return settings.run / f"{name}.pid"
+
+
+def log_file(settings: Settings, name: str) -> Path:
+    return settings.logs / f"{name}.log"
+
+
+def running_pid(settings: Settings, name: str) -> int | None:
+    """The pid of service ``name`` if its process is alive, else None (a stale pid file is removed)."""
+    path = pid_file(settings, name)
+    try:
+        pid, created = path.read_text().split()[:2]
+        proc = psutil.Process(int(pid))
+        if proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - float(created)) < 1:
+            return proc.pid
+    except (FileNotFoundError, ValueError, IndexError, psutil.NoSuchProcess):
+        pass
+    path.unlink(missing_ok=True)
+    return None
+
+
+def port_holder(port: int) -> str | None:
+    """Describe what listens on 127.0.0.1:``port``, or None if the port is free."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return None
+        except OSError:
+            pass
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            try:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({' '.join(proc.cmdline())[:120]})"
+            except psutil.NoSuchProcess:
+                break
+    return "another process"
+
+
+def require_free(port: int, purpose: str) -> None:
+    holder = port_holder(port)
+    if holder:
+        raise ServiceError(
+            f"port {port} ({purpose}) is busy, held by {holder}; stop it or set another port in "
+            f"$LAMBDALAKE_HOME/settings.json"
+        )
+
+
+def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None = None,
+          cwd: Path | None = None) -> int:
+    """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid."""
+    settings.run.mkdir(parents=True, exist_ok=True)
+    settings.logs.mkdir(parents=True, exist_ok=True)
+    with open(log_file(settings, name), "ab") as log:
+        proc = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+        )
+    created = psutil.Process(proc.pid).create_time()
+    pid_file(settings, name).write_text(f"{proc.pid} {created}\n")
+    return proc.pid
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
+               alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll ``check`` until it is true; fail with the log's tail if ``alive`` goes false or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not alive():
+            raise ServiceError(f"{what} exited during start-up{_tail(log)}")
+        time.sleep(0.5)
+    raise ServiceError(f"{what} not healthy after {timeout:.0f}s{_tail(log)}")
+
+
+def _tail(log: Path | None, lines: int = 15) -> str:
+    if not log or not log.exists():
+        return ""
+    text = log.read_text(errors="replace").splitlines()[-lines:]
+    return f"; last lines of {log}:\n  " + "\n  ".join(text)
+
+
+def stop(settings: Settings, name: str, timeout: float = 30) -> bool:
+    """Stop service ``name`` and every process of its group; True if something was running."""
+    pid = running_pid(settings, name)
+    if pid is None:
+        return False
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    psutil.wait_procs(alive, timeout=5)
+    pid_file(settings, name).unlink(missing_ok=True)
+    return True

@@ -1,0 +1,96 @@
+"""All settings in one place, chosen by one environment variable.
+
+``LAMBDALAKE_HOME`` names the folder that holds a deployment's data, checkpoints, logs and process
+files (default: ``.lambdalake`` inside the checkout). An optional ``settings.json`` in that folder
+overrides any field below, so a test deployment can use other ports beside a running demo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    airflow_port: int = 8080
+    airflow_user: str = "admin"
+    airflow_password: str = "lambdalake"
+    events_topic: str = "events"
+    products_topic: str = "products"
+    topic_partitions: int = 3
+    #: Speed layer: seconds between micro-batches and the most Kafka records one may take.
+    trigger_seconds: int = 5
+    max_offsets_per_trigger: int = 200_000
+    #: How late an event may come and still be counted by the speed views.
+    watermark: str = "10 minutes"
+    #: Events stamped further than this in the future are dead-lettered.
+    future_horizon_seconds: int = 3600
+    max_payload_bytes: int = 16_384
+    #: First day the nightly batch DAG covers (ISO date); written by ``lambdalake up`` if unset.
+    batch_start_date: str | None = None
+    spark_driver_memory: str = "2g"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def data(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def run(self) -> Path:
+        """Pid files and other state of running processes."""
+        return self.home / "run"
+
+    def table(self, name: str) -> str:
+        """Path of a Delta table, e.g. ``raw_events``, ``speed/page_views_per_minute``."""
+        return str(self.data / name)
+
+    def with_overrides(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    def save(self, **changes) -> "Settings":
+        """Persist ``changes`` into the home's settings.json and return the updated settings."""
+        path = self.home / "settings.json"
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        stored.update(changes)
+        self.home.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored, indent=2) + "\n")
+        return self.with_overrides(**changes)
+
+
+JAR_CACHE = REPO / ".cache" / "jars"
+
+
+def load(home: str | os.PathLike | None = None) -> Settings:
+    """Settings for ``home`` (default: ``$LAMBDALAKE_HOME`` or ``<checkout>/.lambdalake``)."""
+    home = Path(home or os.environ.get("LAMBDALAKE_HOME") or REPO / ".lambdalake").resolve()
+    path = home / "settings.json"
+    overrides = json.loads(path.read_text()) if path.exists() else {}
+    known = {f.name for f in dataclasses.fields(Settings)} - {"home"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return Settings(home=home, **overrides)
