@@ -1,0 +1,346 @@
+"""A real Airflow 3 for a deployment: scheduler, dag-processor and API server as separate services.
+
+Like ``airflow standalone``: LocalExecutor on SQLite and SimpleAuthManager, here with one admin user whose
+password comes from the settings, everything under ``<home>/airflow``, bound to 127.0.0.1. The DAGs
+folder is ``dags/`` of this checkout; tasks import the layers (``PYTHONPATH``) and write to the same
+deployment (``LAMBDALAKE_HOME``). :class:`AirflowClient` drives it through the REST API v2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+from typing import Iterable
+
+import requests
+
+from infra import processes
+from infra.settings import REPO, Settings
+
+SCHEDULER = "airflow-scheduler"
+DAG_PROCESSOR = "airflow-dag-processor"
+API_SERVER = "airflow-api-server"
+#: In stop order: the scheduler first (no new tasks), the API server last (running tasks report to it).
+SERVICES = (SCHEDULER, DAG_PROCESSOR, API_SERVER)
+
+#: The entry of /api/v2/monitor/health that says each service is up.
+_HEALTH_KEY = {SCHEDULER: "scheduler", DAG_PROCESSOR: "dag_processor", API_SERVER: "metadatabase"}
+_HEARTBEAT_KEY = {SCHEDULER: "latest_scheduler_heartbeat", DAG_PROCESSOR: "latest_dag_processor_heartbeat"}
+
+
+class AirflowError(RuntimeError):
+    """A DAG, run or API call went wrong; the message says which and where to look."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        #: The HTTP status of a failed API call.
+        self.status = status
+
+
+def airflow_home(settings: Settings) -> Path:
+    return settings.home / "airflow"
+
+
+def task_logs(settings: Settings) -> Path:
+    """Where task attempts log: ``dag_id=<dag>/run_id=<run>/task_id=<task>/attempt=<n>.log``."""
+    return settings.logs / "airflow-tasks"
+
+
+def _write_private(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        json.dump(data, out)
+
+
+def _secrets(settings: Settings) -> dict[str, str]:
+    """The Fernet key, JWT secret and API secret key, generated once into the home so all processes agree."""
+    path = airflow_home(settings) / "secrets.json"
+    if not path.exists():
+        from cryptography.fernet import Fernet
+
+        _write_private(path, {"fernet_key": Fernet.generate_key().decode(),
+                              "jwt_secret": secrets.token_urlsafe(32), "secret_key": secrets.token_urlsafe(32)})
+    return json.loads(path.read_text())
+
+
+def env(settings: Settings) -> dict[str, str]:
+    """Environment for every Airflow process (and ``airflow`` CLI call) of this deployment."""
+    home = airflow_home(settings)
+    keys = _secrets(settings)
+    return {
+        "AIRFLOW_HOME": str(home),
+        "LAMBDALAKE_HOME": str(settings.home),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow_user}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        # Tasks report to the Execution API of this deployment's API server (default: localhost:8080).
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{settings.airflow_url}/execution/",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(settings.airflow_port),
+        "AIRFLOW__API__BASE_URL": settings.airflow_url,
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API__SECRET_KEY": keys["secret_key"],
+        "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_STORAGE_PATH": str(home / "dag_bundles"),
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(task_logs(settings)),
+        "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(settings.logs / "airflow-dag-parsing"),
+        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+    }
+
+
+def _airflow(*args: str) -> list[str]:
+    return [sys.executable, "-m", "airflow", *args]
+
+
+_COMMANDS = {
+    # The API server reads task logs from the shared folder: the scheduler serves none (no port 8793).
+    SCHEDULER: _airflow("scheduler", "--skip-serve-logs"),
+    DAG_PROCESSOR: _airflow("dag-processor"),
+    API_SERVER: _airflow("api-server"),
+}
+
+
+def _prepare(settings: Settings) -> None:
+    """Write the admin's login and migrate the metadata database (once per Airflow version)."""
+    home = airflow_home(settings)
+    _write_private(home / "passwords.json", {settings.airflow_user: settings.airflow_password})
+    marker = home / "migrated"
+    wanted = version("apache-airflow-core")
+    if marker.exists() and marker.read_text().strip() == wanted:
+        return
+    settings.logs.mkdir(parents=True, exist_ok=True)
+    log = processes.log_file(settings, "airflow-db-migrate")
+    with open(log, "ab") as out:
+        done = subprocess.run(_airflow("db", "migrate"), stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
+    if done.returncode:
+        raise processes.ServiceError(f"`airflow db migrate` failed (exit {done.returncode}){processes._tail(log)}")
+    marker.write_text(wanted + "\n")
+
+
+def health(settings: Settings) -> dict | None:
+    """The API server's /api/v2/monitor/health (no login needed), or None if it does not answer."""
+    try:
+        response = requests.get(f"{settings.airflow_url}/api/v2/monitor/health", timeout=3)
+        return response.json() if response.ok else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def _healthy(settings: Settings, name: str, since: datetime | None = None) -> bool:
+    """True if ``name`` reports healthy (and, given ``since``, has heartbeaten since then)."""
+    report = (health(settings) or {}).get(_HEALTH_KEY[name]) or {}
+    if report.get("status") != "healthy":
+        return False
+    beat = report.get(_HEARTBEAT_KEY.get(name, ""))
+    return since is None or name == API_SERVER or (beat is not None and datetime.fromisoformat(beat) >= since)
+
+
+def _running(settings: Settings, name: str) -> bool:
+    return processes.running_pid(settings, name) is not None
+
+
+def start(settings: Settings, timeout: float = 120) -> None:
+    """Start the services that do not run (no-op if all run and are healthy) and wait until all are healthy."""
+    if all(_running(settings, n) and _healthy(settings, n) for n in SERVICES):
+        return
+    if not _running(settings, API_SERVER):
+        processes.require_free(settings.airflow_port, "Airflow API server")
+    _prepare(settings)
+    since = datetime.now(timezone.utc)
+    for name in SERVICES:
+        if not _running(settings, name):
+            processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
+    deadline = time.monotonic() + timeout
+    try:
+        for name in reversed(SERVICES):
+            processes.wait_until(lambda: _healthy(settings, name, since), deadline - time.monotonic(),
+                                 f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
+                                 alive=lambda: _running(settings, name))
+    except processes.ServiceError:
+        stop(settings)
+        raise
+
+
+def stop(settings: Settings) -> bool:
+    """Stop every Airflow service of the deployment; True if any was running."""
+    return any([processes.stop(settings, name) for name in SERVICES])
+
+
+def status(settings: Settings) -> dict[str, dict]:
+    """Per service: pid, running, healthy and the URL it serves (the UI and API, for the API server)."""
+    report = health(settings) or {}
+    result = {}
+    for name in SERVICES:
+        pid = processes.running_pid(settings, name)
+        healthy = pid is not None and (report.get(_HEALTH_KEY[name]) or {}).get("status") == "healthy"
+        result[name] = {"pid": pid, "running": pid is not None, "healthy": healthy,
+                        "url": settings.airflow_url if name == API_SERVER else None}
+    return result
+
+
+class AirflowClient:
+    """The REST API v2 of a deployment's Airflow, logged in as the settings' admin user (JWT bearer)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.url = settings.airflow_url
+        self._http = requests.Session()
+        self._token: str | None = None
+
+    def login(self) -> str:
+        """A fresh JWT from POST /auth/token."""
+        response = self._http.post(f"{self.url}/auth/token", timeout=30, json={
+            "username": self.settings.airflow_user, "password": self.settings.airflow_password})
+        if response.status_code != 201:
+            raise AirflowError(f"login as {self.settings.airflow_user!r} at {self.url} failed "
+                               f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up "
+                               f"(`lambdalake status`) and the password the one in settings.json?")
+        self._token = response.json()["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, **kwargs) -> dict:
+        """Call ``/api/v2<path>`` and return its JSON; log in again once if the token expired."""
+        for attempt in (1, 2):
+            token = self._token or self.login()
+            response = self._http.request(method, f"{self.url}/api/v2{path}", timeout=30,
+                                          headers={"Authorization": f"Bearer {token}"}, **kwargs)
+            if response.status_code != 401 or attempt == 2:
+                break
+            self._token = None
+        if not response.ok:
+            raise AirflowError(f"{method} /api/v2{path} failed: HTTP {response.status_code}: {response.text[:500]}",
+                               status=response.status_code)
+        return response.json() if response.content else {}
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+
+    def trigger(self, dag_id: str, logical_date: datetime, conf: dict | None = None) -> str:
+        """Trigger a manual run; return its run id.
+
+        Airflow infers a manual run's data interval as the last complete period before ``logical_date``:
+        for the daily batch_recompute, ``logical_date`` = midnight D recomputes day D-1.
+        """
+        run = self.request("POST", f"/dags/{dag_id}/dagRuns",
+                           json={"logical_date": _iso(logical_date), "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime,
+                        max_active_runs: int = 1) -> dict:
+        """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
+        timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
+        Airflow lets a backfill run 10 runs at once by default: here one, a Spark job at a time."""
+        return self.request("POST", "/backfills", json={
+            "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
+            "max_active_runs": max_active_runs})
+
+    def dag_runs(self, dag_id: str) -> list[dict]:
+        """All runs of ``dag_id``, oldest first."""
+        runs: list[dict] = []
+        while True:
+            page = self.request("GET", f"/dags/{dag_id}/dagRuns",
+                                params={"order_by": "run_after", "limit": 100, "offset": len(runs)})
+            runs += page["dag_runs"]
+            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
+                return runs
+
+    def wait_for_runs(self, dag_id: str, runs: int | Iterable[str], timeout: float = 600) -> dict[str, str]:
+        """Wait until the given run ids (or, given a count, at least that many runs) have all finished.
+
+        Returns ``{run_id: state}``; raises :class:`AirflowError` naming the failed task and its log.
+        """
+        wanted = None if isinstance(runs, int) else set(runs)
+        deadline = time.monotonic() + timeout
+        while True:
+            states = {r["dag_run_id"]: r["state"] for r in self.dag_runs(dag_id)
+                      if wanted is None or r["dag_run_id"] in wanted}
+            failed = [run_id for run_id, state in states.items() if state == "failed"]
+            if failed:
+                raise AirflowError(self._failure(dag_id, failed[0]))
+            enough = len(states) >= runs if wanted is None else set(states) == wanted
+            if enough and all(state == "success" for state in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                raise AirflowError(f"{dag_id}: runs not finished after {timeout:.0f}s: {states or 'no runs'} "
+                                   f"(is the DAG unpaused and the scheduler healthy? see {self.url})")
+            time.sleep(2)
+
+    def _failure(self, dag_id: str, run_id: str) -> str:
+        """Which task of a failed run failed, with its log file and the log's last lines."""
+        tasks = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        failed = [t for t in tasks if t["state"] == "failed"]
+        if not failed:
+            return f"{dag_id} run {run_id} failed (no task failed: {[(t['task_id'], t['state']) for t in tasks]})"
+        task = failed[0]
+        mapped = f"map_index={task['map_index']}/" if task["map_index"] >= 0 else ""
+        log = (task_logs(self.settings) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task['task_id']}"
+               / f"{mapped}attempt={task['try_number']}.log")
+        where = f"{dag_id} run {run_id} failed in task {task['task_id']} (attempt {task['try_number']})"
+        errors = _errors(log)
+        return f"{where}: {errors}; log: {log}" if errors else f"{where}; log: {log}{processes._tail(log)}"
+
+    def import_errors(self) -> list[dict]:
+        return self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> dict:
+        """Wait until the dag-processor has parsed ``dag_id`` without import errors; return the DAG."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                dag = self.request("GET", f"/dags/{dag_id}")
+            except AirflowError as error:
+                if error.status != 404:
+                    raise
+                dag = None
+            errors = [e for e in self.import_errors()
+                      if Path(e["filename"]).name == Path(dag["fileloc"] if dag else f"{dag_id}.py").name]
+            if errors:
+                raise AirflowError(f"DAG {dag_id} has import errors in {errors[0]['filename']}:\n"
+                                   f"{errors[0]['stack_trace']}")
+            if dag is not None and not dag["has_import_errors"]:
+                return dag
+            if time.monotonic() > deadline:
+                others = "; ".join(f"{e['filename']}: {e['stack_trace'].strip().splitlines()[-1]}"
+                                   for e in self.import_errors())
+                raise AirflowError(f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
+                                   f" (import errors: {others or 'none'}; see "
+                                   f"{processes.log_file(self.settings, DAG_PROCESSOR)})")
+            time.sleep(1)
+
+
+def _errors(log: Path) -> str | None:
+    """The exceptions a task's JSON-lines log reports, as ``Type: message`` (None if it reports none)."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else ():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        found += [f"{e['exc_type']}: {e['exc_value']}" for e in record.get("error_detail") or ()]
+    return "; ".join(found) or None
+
+
+def _iso(moment: datetime) -> str:
+    """ISO 8601 with an offset, as the API wants (naive datetimes are taken as UTC)."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).isoformat()

@@ -1,0 +1,49 @@
+"""The SparkSession every layer uses: local mode, Delta Lake and the Kafka source from the jar cache."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from infra.settings import JAR_CACHE, Settings
+
+
+def jars() -> list[str]:
+    found = sorted(str(p) for p in (JAR_CACHE / "spark").glob("*.jar"))
+    if not found:
+        raise RuntimeError(f"no Spark jars in {JAR_CACHE / 'spark'}; run `make setup` first")
+    return found
+
+
+def session(settings: Settings, app_name: str, master: str = "local[2]"):
+    """Get or create the process's SparkSession for ``settings``."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    tmp = settings.home / "tmp" / "spark"
+    tmp.mkdir(parents=True, exist_ok=True)
+    spark = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.jars", ",".join(jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.local.dir", str(tmp))
+        .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.databricks.delta.optimizeWrite.enabled", "true")
+        .config("spark.databricks.delta.autoCompact.enabled", "true")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,44 @@
+"""Run the speed layer until stopped: ``python -m speed_layer`` (started by ``lambdalake up``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from infra import settings as config
+from infra import spark as sparks
+from speed_layer import health, queries
+from views import all_views
+
+
+def main() -> int:
+    settings = config.load()
+    spark = sparks.session(settings, "lambdalake-speed")
+    queries.ensure_tables(spark, settings)
+    landing = queries.start_landing(spark, settings)
+    view_queries = [queries.start_view(spark, settings, view) for view in all_views().values()]
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    error = None
+    while not stopping and error is None:
+        failed = [q for q in [landing, *view_queries] if not q.isActive]
+        if failed:
+            error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
+            print(error, "\n".join(str(q.exception()) for q in failed), file=sys.stderr)
+        health.write(settings, health.report(settings, landing, view_queries, error))
+        time.sleep(2)
+    for query in [landing, *view_queries]:
+        query.stop()
+    return 1 if error else 0
+
+
+def _summary(exc: Exception | None) -> str:
+    """The root cause of a query's failure in one line."""
+    lines = str(exc or "no error").splitlines()
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    return (causes[-1] if causes else lines[0])[:400]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The speed layer's health report: one JSON file, rewritten atomically every few seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pyspark.sql.streaming import StreamingQuery
+
+from infra import kafka
+from infra.settings import Settings
+
+
+def path(settings: Settings) -> Path:
+    return settings.run / "speed-health.json"
+
+
+def _progress(query: StreamingQuery) -> dict:
+    """The query's last progress as plain JSON (empty before its first batch)."""
+    progress = query.lastProgress
+    return json.loads(progress.json) if progress else {}
+
+
+def _processed_offsets(query: StreamingQuery) -> dict[int, int]:
+    for source in _progress(query).get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, dict):
+            return {int(p): int(o) for offsets in end.values() for p, o in offsets.items()}
+    return {}
+
+
+def _query(query: StreamingQuery) -> dict:
+    progress = _progress(query)
+    return {
+        "active": query.isActive,
+        "batch_id": progress.get("batchId"),
+        "last_progress": progress.get("timestamp"),
+        "input_rows": progress.get("numInputRows"),
+        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+        "watermark": (progress.get("eventTime") or {}).get("watermark"),
+    }
+
+
+def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQuery], error: str | None) -> dict:
+    """Collect the health of every query and the landing's lag behind Kafka's end offsets."""
+    processed = _processed_offsets(landing)
+    try:
+        ends = kafka.end_offsets(settings, settings.events_topic)
+        lag = sum(end - processed.get(p, 0) for p, end in ends.items())
+    except Exception as exc:  # the broker may be restarting; report it rather than die
+        ends, lag = {}, None
+        error = error or f"cannot read Kafka end offsets: {exc}"
+    return {
+        "pid": os.getpid(),
+        "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "error": error,
+        "lag": lag,
+        "end_offsets": ends,
+        "processed_offsets": processed,
+        "queries": {q.name: _query(q) for q in [landing, *views]},
+    }
+
+
+def write(settings: Settings, health: dict) -> None:
+    target = path(settings)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(health, indent=2, default=str))
+    tmp.replace(target)
+
+
+def read(settings: Settings) -> dict | None:
+    try:
+        return json.loads(path(settings).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,127 @@
+"""The clickstream event: its JSON schema, the validation rules, and the landed (raw_events) columns.
+
+Parsing is defined once here as a pure ``DataFrame -> DataFrame`` function over Kafka records, so the
+speed layer's landing and any replay of dead letters apply exactly the same rules.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+EVENT_TYPES = ("page_view", "search", "click", "add_to_cart", "purchase")
+
+#: Fields every event has, and the fields each type adds.
+COMMON_FIELDS = ("event_id", "event_time", "event_type", "user_id", "session_id")
+TYPE_FIELDS = {
+    "page_view": ("page",),
+    "search": ("query",),
+    "click": ("query", "product_id"),
+    "add_to_cart": ("product_id",),
+    "purchase": ("product_id", "quantity", "amount"),
+}
+
+AMOUNT = T.DecimalType(12, 2)
+_TYPED = T.StructType([
+    *(T.StructField(name, T.StringType()) for name in COMMON_FIELDS),
+    T.StructField("page", T.StringType()),
+    T.StructField("query", T.StringType()),
+    T.StructField("product_id", T.StringType()),
+    T.StructField("quantity", T.IntegerType()),
+    T.StructField("amount", AMOUNT),
+])
+#: The same fields read as text: a field present here but null in the typed parse has a wrong type.
+_TEXT = T.StructType([*(T.StructField(f.name, T.StringType()) for f in _TYPED.fields),
+                      T.StructField("_corrupt", T.StringType())])
+_JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+
+#: A Kafka record as Spark's Kafka source reads it.
+KAFKA_RECORD = T.StructType([
+    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+    T.StructField("timestampType", T.IntegerType()),
+])
+
+RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2})$"
+
+#: Columns of raw_events, the master dataset (partitioned by event_date).
+EVENT_COLUMNS = ("event_id", "event_time", "event_type", "user_id", "session_id",
+                 "page", "query", "product_id", "quantity", "amount")
+KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")
+
+
+def _rules(typed: Column, text: Column, size: Column, now: Column, max_bytes: int,
+           horizon_seconds: int) -> list[tuple[Column, Column]]:
+    """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
+    rules = [
+        (size > max_bytes, F.format_string(f"oversized payload: %d bytes > {max_bytes}", size)),
+        (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
+    ]
+    for name in COMMON_FIELDS:
+        rules.append((F.coalesce(F.trim(text[name]), F.lit("")) == "", F.lit(f"missing field {name}")))
+    rules += [
+        (~text["event_type"].isin(*EVENT_TYPES),
+         F.format_string("unknown event_type '%s'", text["event_type"])),
+        (~text["event_time"].rlike(RFC3339),
+         F.format_string("event_time '%s' is not RFC 3339 with an offset", text["event_time"])),
+        (F.try_to_timestamp(text["event_time"]) > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
+         F.lit(f"event_time more than {horizon_seconds}s in the future")),
+    ]
+    for event_type, fields in TYPE_FIELDS.items():
+        for name in fields:
+            rules.append(((text["event_type"] == event_type) & text[name].isNull(),
+                          F.lit(f"missing field {name} for {event_type}")))
+    rules.append((text["amount"].isNotNull() & ~text["amount"].rlike(r"^-?\d+(\.\d{1,2})?$"),
+                  F.format_string("amount '%s' is not a decimal with at most 2 places", text["amount"])))
+    for name in ("quantity", "amount"):
+        rules.append((text[name].isNotNull() & typed[name].isNull(),
+                      F.format_string(f"field {name} has the wrong type: '%s'", text[name])))
+    rules.append(((text["event_type"] == "purchase") & (typed["quantity"] <= 0),
+                  F.lit("quantity must be positive")))
+    return rules
+
+
+def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
+    """Kafka records -> one row per record with the parsed event columns and ``reason`` (null if valid).
+
+    ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary).
+    """
+    payload = F.col("value").cast("string")
+    df = records.select(
+        F.col("topic"), F.col("partition"), F.col("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("key").cast("string").alias("key"),
+        F.col("value").alias("raw"),
+        payload.alias("payload"),
+        F.current_timestamp().alias("ingested_at"),
+        F.from_json(payload, _TYPED).alias("typed"),
+        F.from_json(payload, _TEXT, _JSON_OPTIONS).alias("text"),
+        F.length(F.col("value")).alias("size"),
+    )
+    reason = F.lit(None).cast("string")
+    for is_bad, why in reversed(_rules(F.col("typed"), F.col("text"), F.col("size"), F.col("ingested_at"),
+                                       max_payload_bytes, future_horizon_seconds)):
+        reason = F.when(F.coalesce(is_bad, F.lit(False)), why).otherwise(reason)
+    event_time = F.try_to_timestamp(F.col("text.event_time"))
+    return df.select(
+        *(F.col(f"typed.{c}").alias(c) for c in EVENT_COLUMNS if c != "event_time"),
+        event_time.alias("event_time"),
+        F.to_date(event_time).alias("event_date"),
+        *KAFKA_COLUMNS, "raw", reason.alias("reason"),
+    ).select(*EVENT_COLUMNS, "event_date", *KAFKA_COLUMNS, "raw", "reason")
+
+
+def landed(parsed: DataFrame) -> DataFrame:
+    """The valid records of ``parse``'s output, as raw_events rows."""
+    return parsed.where(F.col("reason").isNull()).select(*EVENT_COLUMNS, "event_date", *KAFKA_COLUMNS)
+
+
+def dead_letters(parsed: DataFrame) -> DataFrame:
+    """The invalid records of ``parse``'s output, as dead_letters rows (raw bytes kept)."""
+    return parsed.where(F.col("reason").isNotNull()).select(
+        "topic", "partition", "offset", "kafka_timestamp", "key", "raw", "reason",
+        F.col("ingested_at").alias("dead_lettered_at"),
+        F.to_date("ingested_at").alias("dead_letter_date"),
+    )
