@@ -6,7 +6,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from infra.settings import Settings
-from speed_layer import tables
+from infra import delta as tables
 from views import compile, events
 from views.model import View
 

@@ -1,4 +1,4 @@
-"""Delta writes of the speed layer: idempotent appends and upserts keyed by micro-batch."""
+"""Delta Lake table helpers shared by the layers: create, idempotent append, upsert."""
 
 from __future__ import annotations
 

@@ -1,0 +1,80 @@
+"""Bring the whole deployment up, down, and report its status: Kafka, the speed layer, Airflow."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta
+
+from infra import airflow, kafka, processes
+from infra.settings import REPO, Settings
+from views import timebase
+
+SPEED = "speed-layer"
+HISTORY_DAYS = 3
+
+
+def speed_health(settings: Settings) -> dict | None:
+    """The speed layer's last health report, if its process runs."""
+    from speed_layer import health  # reads a JSON file only; no Spark is started
+
+    pid = processes.running_pid(settings, SPEED)
+    report = health.read(settings)
+    return report if pid is not None and report and report.get("pid") == pid else None
+
+
+def start_speed(settings: Settings, timeout: float = 180) -> None:
+    """Start the speed layer's process (no-op if it runs) and wait until its queries are active."""
+    if processes.running_pid(settings, SPEED) is None:
+        processes.start(settings, SPEED, [sys.executable, "-m", "speed_layer"],
+                        env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
+
+    def active() -> bool:
+        report = speed_health(settings)
+        return bool(report and not report["error"] and report["queries"]
+                    and all(q["active"] for q in report["queries"].values()))
+
+    processes.wait_until(active, timeout, "speed layer", log=processes.log_file(settings, SPEED),
+                         alive=lambda: processes.running_pid(settings, SPEED) is not None)
+
+
+def stop_speed(settings: Settings) -> bool:
+    return processes.stop(settings, SPEED, timeout=60)
+
+
+def up(settings: Settings, say=print) -> Settings:
+    """Start everything; starting twice is harmless. Returns the settings (with the batch start date)."""
+    if settings.batch_start_date is None:
+        first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
+        settings = settings.save(batch_start_date=first.isoformat())
+    for name, start in (("Kafka", kafka.start), ("speed layer", start_speed), ("Airflow", airflow.start)):
+        began = time.monotonic()
+        say(f"starting {name} ...")
+        start(settings)
+        say(f"  {name} healthy ({time.monotonic() - began:.0f}s)")
+    return settings
+
+
+def down(settings: Settings, purge: bool = False) -> list[str]:
+    """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
+    stopped = [name for name, stop in (("speed layer", stop_speed), ("Airflow", airflow.stop),
+                                       ("Kafka", kafka.stop)) if stop(settings)]
+    if purge and settings.home.exists():
+        shutil.rmtree(settings.home)
+    return stopped
+
+
+def status(settings: Settings) -> dict:
+    """What runs where, and whether it is healthy."""
+    kafka_pid = processes.running_pid(settings, kafka.NAME)
+    speed_pid = processes.running_pid(settings, SPEED)
+    report = speed_health(settings)
+    return {
+        "home": str(settings.home),
+        "kafka": {"pid": kafka_pid, "address": settings.kafka_bootstrap,
+                  "healthy": kafka_pid is not None and kafka.healthy(settings)},
+        "speed_layer": {"pid": speed_pid, "healthy": bool(report and not report["error"]),
+                        "log": str(processes.log_file(settings, SPEED)), "health": report},
+        "airflow": airflow.status(settings),
+    }

@@ -1,0 +1,192 @@
+"""``lambdalake``: one entry point for running the pipeline and querying its views."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from infra import processes, settings as config
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that explains a wrong argument in one line and exits 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
+def _parser() -> Parser:
+    parser = Parser(prog="lambdalake", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub.add_parser("up", help="start Kafka, the speed layer and Airflow")
+    down = sub.add_parser("down", help="stop everything")
+    down.add_argument("--purge", action="store_true", help="also delete all data, checkpoints and logs")
+    status = sub.add_parser("status", help="what runs where, and whether it is healthy")
+    status.add_argument("--json", action="store_true")
+    produce = sub.add_parser("produce", help="send events to Kafka, from a file or the generator")
+    produce.add_argument("--from-file", type=Path, metavar="F", help="a JSONL file, one event per line")
+    produce.add_argument("--days", type=_positive(int), help="generate this many days of history up to now")
+    produce.add_argument("--per-day", type=_positive(int), default=2000, help="history events per day")
+    produce.add_argument("--rate", type=_positive(float), help="live events per second")
+    produce.add_argument("--duration", type=_positive(float), default=30, help="live seconds (default 30)")
+    produce.add_argument("--seed", type=int, default=7)
+    speed = sub.add_parser("speed", help="control the speed layer's process")
+    speed.add_argument("action", choices=("start", "stop", "restart", "status"))
+    query = sub.add_parser("query", help="run SQL against the merged views")
+    query.add_argument("sql")
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    views = sub.add_parser("views", help="list the declared views")
+    views.add_argument("--json", action="store_true")
+    return parser
+
+
+def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=1))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        from tabulate import tabulate
+
+        print(tabulate(rows, headers=columns, tablefmt="simple"))
+        print(f"({len(rows)} row{'s' * (len(rows) != 1)})")
+
+
+def _produce(settings, args) -> None:
+    from infra import generator, producer
+    from views.timebase import UTC
+
+    if not (args.from_file or args.days or args.rate):
+        raise ValueError("produce needs --from-file F, --days D or --rate N")
+    now = datetime.now(UTC)
+    if args.from_file:
+        sent = producer.send(settings, producer.read_file(args.from_file, now))
+        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}")
+    if args.days:
+        records = generator.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
+        sent = producer.send(settings, records)
+        print(f"history ({args.days} days): sent {sent}: {generator.counts(records)}")
+    if args.rate:
+        records = generator.generate(now, now + timedelta(seconds=args.duration),
+                                     int(args.rate * args.duration), args.seed + 1, shaped=False)
+        sent = producer.send(settings, records, paced_from=now)
+        print(f"live ({args.rate:g}/s for {args.duration:g}s): sent {sent}: {generator.counts(records)}")
+
+
+def _views(settings, as_json: bool) -> None:
+    from serving_layer.engine import boundaries
+    from views import all_views
+    from views.compile import sketch_columns
+
+    bounds = boundaries(settings)
+    listing = [{
+        "name": v.name, "description": v.description.strip(), "window": f"tumbling {v.window.size}",
+        "keys": list(v.keys), "measures": [m.name for m in v.measures],
+        "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
+        "tables": {"batch": settings.table(f"batch/{v.name}"), "speed": settings.table(f"speed/{v.name}")},
+        "speed_only_columns": list(sketch_columns(v)),
+        "boundary": bounds[v.name].isoformat(),
+    } for v in all_views().values()]
+    if as_json:
+        print(json.dumps(listing, indent=1))
+        return
+    for v in listing:
+        print(f"{v['name']}: {v['description']}\n  window {v['window']}; keys {', '.join(v['keys']) or '-'}; "
+              f"measures {', '.join(v['measures'])} (approximate in speed: "
+              f"{', '.join(v['approximate_in_speed']) or 'none'})\n  boundary {v['boundary']}; "
+              f"batch {v['tables']['batch']}; speed {v['tables']['speed']}")
+
+
+def _status(settings, as_json: bool) -> None:
+    from infra import services
+
+    report = services.status(settings)
+    if as_json:
+        print(json.dumps(report, indent=1, default=str))
+        return
+    print(f"home: {report['home']}")
+    kafka = report["kafka"]
+    print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}  pid {kafka['pid']}")
+    speed, health = report["speed_layer"], report["speed_layer"]["health"] or {}
+    print(f"speed layer  {'healthy' if speed['healthy'] else 'DOWN':8} pid {speed['pid']}  lag {health.get('lag')}"
+          f"  {health.get('error') or ''}")
+    for name, query in (health.get("queries") or {}).items():
+        print(f"  query {name}: batch {query['batch_id']}, last progress {query['last_progress']}, "
+              f"watermark {query['watermark']}")
+    for name, part in report["airflow"].items():
+        print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
+              f"{part.get('url') or ''}")
+
+
+def _speed(settings, action: str) -> None:
+    from infra import services
+
+    if action in ("stop", "restart"):
+        print("speed layer stopped" if services.stop_speed(settings) else "speed layer was not running")
+    if action in ("start", "restart"):
+        services.start_speed(settings)
+        print("speed layer running")
+    if action == "status":
+        print(json.dumps(services.speed_health(settings), indent=1) if services.speed_health(settings)
+              else "speed layer is not running")
+
+
+def run(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    settings = config.load()
+    if args.command == "up":
+        from infra import services
+
+        settings = services.up(settings)
+        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user} / "
+              f"{settings.airflow_password}); stop with `lambdalake down`")
+    elif args.command == "down":
+        from infra import services
+
+        stopped = services.down(settings, args.purge)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}" + ("; data purged" if args.purge else ""))
+    elif args.command == "status":
+        _status(settings, args.json)
+    elif args.command == "produce":
+        _produce(settings, args)
+    elif args.command == "speed":
+        _speed(settings, args.action)
+    elif args.command == "query":
+        from serving_layer.engine import query
+
+        _print_rows(*query(settings, args.sql), args.format)
+    elif args.command == "views":
+        _views(settings, args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from infra.airflow import AirflowError
+    from serving_layer.engine import QueryError
+
+    try:
+        run(sys.argv[1:] if argv is None else argv)
+    except (QueryError, processes.ServiceError, AirflowError, FileNotFoundError, ValueError, LookupError) as exc:
+        print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
