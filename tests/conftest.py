@@ -1,0 +1,55 @@
+"""Session-wide real parts: one deployment home (its own ports, beside any running demo), one Kafka
+broker, one SparkSession, one Airflow (tests/plugins/airflow_service.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from infra import kafka, settings as config
+from infra.settings import Settings
+from views import timebase
+
+pytest_plugins = ["tests.plugins.airflow_service"]
+
+#: Days of history the end-to-end test produces before today; the DAG starts that many days ago.
+HISTORY_DAYS = 2
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory) -> Settings:
+    """Settings of the test deployment: a session tmp home and ports offset from the defaults."""
+    home = tmp_path_factory.mktemp("deployment")
+    first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
+    (home / "settings.json").write_text(json.dumps({
+        "kafka_port": 19092, "kafka_controller_port": 19093, "airflow_port": 18080,
+        "trigger_seconds": 2, "batch_start_date": first.isoformat(), "spark_driver_memory": "1g",
+    }))
+    return config.load(home)
+
+
+@pytest.fixture(scope="session")
+def broker(deployment) -> Settings:
+    """A real Kafka 4 broker for the session; stopped at the end with nothing left behind."""
+    kafka.start(deployment)
+    yield deployment
+    kafka.stop(deployment)
+
+
+@pytest.fixture(scope="session")
+def spark(deployment):
+    """The session's one SparkSession (local, UI off, few shuffle partitions), with Delta and Kafka."""
+    from infra import spark as sparks
+
+    session = sparks.session(deployment, "lambdalake-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def tables(tmp_path, deployment) -> Settings:
+    """Settings whose Delta tables live in this test's own tmp folder."""
+    (tmp_path / "settings.json").write_text((deployment.home / "settings.json").read_text())
+    return config.load(tmp_path)
