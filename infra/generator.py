@@ -117,6 +117,7 @@ def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix
             continue
         for event in _session(rng.choice(users), moment, rng):
             when = event.pop("_time")
+            when = when.replace(microsecond=when.microsecond // 1000 * 1000)  # as precise as the stamp
             if when >= end:
                 break
             key = event["user_id"].encode()
@@ -132,7 +133,8 @@ def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix
             sent_valid.append(record)
             if rng.random() < mix.duplicate:
                 original = rng.choice(sent_valid)
-                records.append(Record(when + timedelta(seconds=1), original.key, original.value, "duplicate"))
+                resent = max(when, original.send_at) + timedelta(seconds=1)
+                records.append(Record(resent, original.key, original.value, "duplicate"))
     return sorted(records, key=lambda r: r.send_at)
 
 

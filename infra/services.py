@@ -39,6 +39,19 @@ def start_speed(settings: Settings, timeout: float = 180) -> None:
                          alive=lambda: processes.running_pid(settings, SPEED) is not None)
 
 
+def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
+    """Wait until the speed layer has processed everything Kafka holds now; the record count."""
+    target = kafka.end_offsets(settings, settings.events_topic)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = (speed_health(settings) or {}).get("processed_offsets") or {}
+        if all(int(done.get(str(p), 0)) >= end for p, end in target.items()):
+            return sum(target.values())
+        time.sleep(2)
+    raise TimeoutError(f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
+                       f"see `lambdalake status`")
+
+
 def stop_speed(settings: Settings) -> bool:
     return processes.stop(settings, SPEED, timeout=60)
 

@@ -1,0 +1,53 @@
+"""The command line's contract: wrong arguments and bad queries exit non-zero with one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from infra.settings import REPO
+
+
+def run(home, *args):
+    return subprocess.run([sys.executable, "-m", "serving_layer.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env={"LAMBDALAKE_HOME": str(home), "PYTHONPATH": str(REPO),
+                                         "PATH": "/usr/bin:/bin"}, timeout=120)
+
+
+@pytest.mark.parametrize("args", [("frobnicate",), ("query",), ("produce", "--rate", "-3"),
+                                  ("query", "SELECT 1", "--format", "xml"), ("speed", "pause")])
+def test_wrong_arguments_get_one_line_and_exit_2(tmp_path, args):
+    done = run(tmp_path, *args)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "error:" in done.stderr
+
+
+@pytest.mark.parametrize("sql,needle", [("SELECT * FROM no_such_view", "no_such_view"),
+                                        ("SELEC 1", "syntax error")])
+def test_bad_queries_exit_1_with_one_line(tmp_path, sql, needle):
+    done = run(tmp_path, "query", sql)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+def test_query_formats(tmp_path):
+    assert run(tmp_path, "query", "SELECT 1 AS a, 'x' AS b", "--format", "csv").stdout.splitlines() == ["a,b", "1,x"]
+    assert json.loads(run(tmp_path, "query", "SELECT 1 AS a", "--format", "json").stdout) == [{"a": 1}]
+    assert "(1 row)" in run(tmp_path, "query", "SELECT 1 AS a").stdout
+
+
+def test_views_lists_every_declared_view(tmp_path):
+    from views import all_views
+
+    listing = json.loads(run(tmp_path, "views", "--json").stdout)
+    assert [v["name"] for v in listing] == list(all_views())
+    pvpm = listing[0]
+    assert pvpm["approximate_in_speed"] == ["unique_users"] and pvpm["keys"] == ["page"]
+    assert pvpm["boundary"].startswith("1970-01-01")
+
+
+def test_unknown_setting_is_reported(tmp_path):
+    (tmp_path / "settings.json").write_text('{"kafka_prot": 1}')
+    done = run(tmp_path, "views")
+    assert done.returncode == 1 and "unknown setting(s) kafka_prot" in done.stderr
