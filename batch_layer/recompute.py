@@ -44,6 +44,7 @@ def _raw_events(spark: SparkSession, settings: Settings):
 
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` and record those days complete."""
+    start, end = timebase.utc(start), timebase.utc(end)
     days = timebase.days_between(start, end)
     events = _raw_events(spark, settings).where(F.col("event_date").isin(days))
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"

@@ -14,10 +14,10 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from typing import Iterable
 
 import requests
 
@@ -126,7 +126,7 @@ def _prepare(settings: Settings) -> None:
     _write_private(home / "passwords.json", {settings.airflow_user: settings.airflow_password})
     marker = home / "migrated"
     wanted = version("apache-airflow-core")
-    if marker.exists() and marker.read_text().strip() == wanted:
+    if (home / "airflow.db").exists() and marker.exists() and marker.read_text().strip() == wanted:
         return
     settings.logs.mkdir(parents=True, exist_ok=True)
     log = processes.log_file(settings, "airflow-db-migrate")
@@ -174,7 +174,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     try:
         for name in reversed(SERVICES):
-            processes.wait_until(lambda: _healthy(settings, name, since), deadline - time.monotonic(),
+            processes.wait_until(lambda: _healthy(settings, name, since), max(deadline - time.monotonic(), 1),
                                  f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
                                  alive=lambda: _running(settings, name))
     except processes.ServiceError:
@@ -287,7 +287,7 @@ class AirflowClient:
             time.sleep(2)
 
     def _failure(self, dag_id: str, run_id: str) -> str:
-        """Which task of a failed run failed, with its log file and the log's last lines."""
+        """Which task of a failed run failed, with its exception (or its log's last lines) and log file."""
         tasks = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
         failed = [t for t in tasks if t["state"] == "failed"]
         if not failed:

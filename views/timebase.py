@@ -16,8 +16,10 @@ DAY = timedelta(days=1)
 
 
 def utc(moment: datetime) -> datetime:
-    """``moment`` as an aware UTC datetime (naive values are taken to be UTC)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    """``moment`` as a plain aware UTC datetime (naive values are taken to be UTC; subclasses such as
+    Airflow's pendulum DateTime, which break stdlib arithmetic, become plain datetimes)."""
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return datetime(*moment.timetuple()[:6], moment.microsecond, tzinfo=UTC)
 
 
 def day_start(day: date) -> datetime:

@@ -63,6 +63,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
 
         expected = {k: v for k, v in oracle.page_views_per_minute(records).items() if k[0] >= first}
         merged = _settled(settings, {key: views for key, (views, _) in expected.items()})
+        assert services.speed_health(settings)["error"] is None  # bad records did not stop it
     finally:
         services.stop_speed(settings)
 

@@ -1,0 +1,71 @@
+"""The real Airflow of a deployment: starts healthy, requires a login, lists the DAGs, stops cleanly."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+import requests
+
+from infra import airflow, processes
+from infra.settings import load
+
+pytestmark = pytest.mark.integration
+
+
+def test_status_reports_every_service_healthy(airflow_service):
+    status = airflow.status(airflow_service.settings)
+    assert set(status) == {"airflow-scheduler", "airflow-dag-processor", "airflow-api-server"}
+    for service in status.values():
+        assert service["running"] and service["healthy"] and psutil.pid_exists(service["pid"])
+    assert status["airflow-api-server"]["url"] == "http://127.0.0.1:18080"
+
+
+def test_api_requires_login_and_a_token_works(airflow_service):
+    url = airflow_service.settings.airflow_url
+    assert requests.get(f"{url}/api/v2/dags", timeout=10).status_code == 401
+    wrong = airflow.AirflowClient(airflow_service.settings.with_overrides(airflow_password="wrong"))
+    with pytest.raises(airflow.AirflowError, match="login as 'admin'"):
+        wrong.login()
+    token = airflow_service.client.login()
+    response = requests.get(f"{url}/api/v2/dags", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert response.status_code == 200
+
+
+def test_batch_recompute_is_listed_paused_without_import_errors(airflow_service):
+    dag = airflow_service.initial_dags["batch_recompute"]
+    assert dag["is_paused"] and not dag["has_import_errors"]
+    assert dag["timetable_summary"] == "0 0 * * *"
+    assert airflow_service.client.import_errors() == []
+
+
+def test_second_deployment_on_the_same_port_is_refused(airflow_service, tmp_path):
+    other = load(tmp_path).with_overrides(airflow_port=airflow_service.settings.airflow_port)
+    api_pid = processes.running_pid(airflow_service.settings, airflow.API_SERVER)
+    with pytest.raises(processes.ServiceError, match=f"port 18080 .*busy, held by pid {api_pid}"):
+        airflow.start(other)
+
+
+def test_start_twice_is_harmless(airflow_service):
+    before = airflow.status(airflow_service.settings)
+    started = time.monotonic()
+    airflow.start(airflow_service.settings)
+    assert time.monotonic() - started < 5
+    assert airflow.status(airflow_service.settings) == before
+
+
+def test_stop_leaves_nothing_and_start_comes_back(airflow_service):
+    settings = airflow_service.settings
+    pids = set()
+    for service in airflow.status(settings).values():
+        pids |= {service["pid"], *(p.pid for p in psutil.Process(service["pid"]).children(recursive=True))}
+    try:
+        assert airflow.stop(settings)
+        assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+        assert processes.port_holder(settings.airflow_port) is None
+        assert not any(service["running"] for service in airflow.status(settings).values())
+        assert not airflow.stop(settings)
+    finally:
+        airflow.start(settings)
+    assert all(service["healthy"] for service in airflow.status(settings).values())
