@@ -247,13 +247,14 @@ class AirflowClient:
         return run["dag_run_id"]
 
     def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime,
-                        max_active_runs: int = 1) -> dict:
+                        max_active_runs: int = 1, reprocess_behavior: str = "none") -> dict:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
-        Airflow lets a backfill run 10 runs at once by default: here one, a Spark job at a time."""
+        Airflow lets a backfill run 10 runs at once by default: here one, a Spark job at a time.
+        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days)."""
         return self.request("POST", "/backfills", json={
             "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
-            "max_active_runs": max_active_runs})
+            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})
 
     def dag_runs(self, dag_id: str) -> list[dict]:
         """All runs of ``dag_id``, oldest first."""

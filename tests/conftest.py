@@ -4,6 +4,7 @@ broker, one SparkSession, one Airflow (tests/plugins/airflow_service.py)."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from infra.settings import Settings
 from views import timebase
 
 pytest_plugins = ["tests.plugins.airflow_service"]
+logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter outlives pytest's streams
 
 #: Days of history the end-to-end test produces before today; the DAG starts that many days ago.
 HISTORY_DAYS = 2
