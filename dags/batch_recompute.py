@@ -37,7 +37,7 @@ with DAG(
     catchup=True,
     max_active_runs=1,
     max_active_tasks=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "pool": "spark"},
     tags=["lambdalake", "batch"],
 ):
 

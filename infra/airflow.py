@@ -29,6 +29,8 @@ DAG_PROCESSOR = "airflow-dag-processor"
 API_SERVER = "airflow-api-server"
 #: In stop order: the scheduler first (no new tasks), the API server last (running tasks report to it).
 SERVICES = (SCHEDULER, DAG_PROCESSOR, API_SERVER)
+#: The pool every Spark task runs in: one slot, so one JVM at a time on a small machine.
+SPARK_POOL = "spark"
 
 #: The entry of /api/v2/monitor/health that says each service is up.
 _HEALTH_KEY = {SCHEDULER: "scheduler", DAG_PROCESSOR: "dag_processor", API_SERVER: "metadatabase"}
@@ -121,7 +123,8 @@ _COMMANDS = {
 
 
 def _prepare(settings: Settings) -> None:
-    """Write the admin's login and migrate the metadata database (once per Airflow version)."""
+    """Write the admin's login, migrate the metadata database and create the Spark pool (once per
+    Airflow version)."""
     home = airflow_home(settings)
     _write_private(home / "passwords.json", {settings.airflow_user: settings.airflow_password})
     marker = home / "migrated"
@@ -130,11 +133,13 @@ def _prepare(settings: Settings) -> None:
         return
     settings.logs.mkdir(parents=True, exist_ok=True)
     log = processes.log_file(settings, "airflow-db-migrate")
-    with open(log, "ab") as out:
-        done = subprocess.run(_airflow("db", "migrate"), stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
-    if done.returncode:
-        raise processes.ServiceError(f"`airflow db migrate` failed (exit {done.returncode}){processes._tail(log)}")
+    for command in (("db", "migrate"), ("pools", "set", SPARK_POOL, "1", "one Spark job at a time")):
+        with open(log, "ab") as out:
+            done = subprocess.run(_airflow(*command), stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
+        if done.returncode:
+            raise processes.ServiceError(f"`airflow {' '.join(command[:2])}` failed (exit {done.returncode})"
+                                         f"{processes._tail(log)}")
     marker.write_text(wanted + "\n")
 
 

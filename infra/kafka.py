@@ -133,12 +133,22 @@ def ensure_topics(settings: Settings) -> None:
 
 
 def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
-    """Kafka's end offset of each partition of ``topic``."""
+    """Kafka's end offset (the next to be written) of each partition of ``topic``."""
+    return _offsets(settings, topic, end=True)
+
+
+def beginning_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    """The oldest offset Kafka still holds in each partition of ``topic`` (retention moves it on)."""
+    return _offsets(settings, topic, end=False)
+
+
+def _offsets(settings: Settings, topic: str, end: bool) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        return {tp.partition: offset for tp, offset in consumer.end_offsets(partitions).items()}
+        found = consumer.end_offsets(partitions) if end else consumer.beginning_offsets(partitions)
+        return {tp.partition: offset for tp, offset in found.items()}
     finally:
         consumer.close()

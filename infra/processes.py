@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -17,6 +18,11 @@ from infra.settings import Settings
 
 class ServiceError(RuntimeError):
     """A service could not be started or stopped; the message says why and what to do."""
+
+
+def parse_utc(stamp: str) -> float:
+    """Seconds since the epoch of an ISO 8601 UTC stamp such as ``2026-11-22T07:50:32.964Z``."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def pid_file(settings: Settings, name: str) -> Path:

@@ -24,10 +24,15 @@ def speed_health(settings: Settings) -> dict | None:
     return report if pid is not None and report and report.get("pid") == pid else None
 
 
-def start_speed(settings: Settings, timeout: float = 180) -> None:
-    """Start the speed layer's process (no-op if it runs) and wait until its queries are active."""
+def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bool = False) -> None:
+    """Start the speed layer's process (no-op if it runs) and wait until its queries are active.
+
+    ``resume_from_tables`` goes on after the offsets already landed when the landing checkpoint is lost.
+    """
+    _held(settings).unlink(missing_ok=True)
     if processes.running_pid(settings, SPEED) is None:
-        processes.start(settings, SPEED, [sys.executable, "-m", "speed_layer"],
+        flags = ["--resume-from-tables"] if resume_from_tables else []
+        processes.start(settings, SPEED, [sys.executable, "-m", "speed_layer", *flags],
                         env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
 
     def active() -> bool:
@@ -52,8 +57,45 @@ def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
                        f"see `lambdalake status`")
 
 
-def stop_speed(settings: Settings) -> bool:
+def stop_speed(settings: Settings, hold: bool = False) -> bool:
+    """Stop the speed layer; ``hold`` also keeps the watchdog from restarting it until the next start."""
+    if hold:
+        _held(settings).touch()
     return processes.stop(settings, SPEED, timeout=60)
+
+
+def _held(settings: Settings):
+    return settings.run / "speed-layer.held"
+
+
+def speed_problem(settings: Settings, now: float | None = None) -> str | None:
+    """Why the speed layer needs a restart (dead, stalled or failed), or None if it is fine."""
+    if processes.running_pid(settings, SPEED) is None:
+        return "the speed layer is not running"
+    report = speed_health(settings)
+    now = time.time() if now is None else now
+    stale_after = max(120, 10 * settings.trigger_seconds)
+    if report is None or now - processes.parse_utc(report["updated_at"]) > stale_after:
+        return f"the speed layer has not reported its health for over {stale_after}s"
+    if report["error"]:
+        return f"the speed layer failed: {report['error']}"
+    landing = report["queries"].get("landing") or {}
+    progress = landing.get("last_progress")
+    if report["lag"] and (progress is None or now - processes.parse_utc(progress) > stale_after):
+        return f"the speed layer is stalled: lag {report['lag']} and no progress since {progress}"
+    return None
+
+
+def watch_speed(settings: Settings) -> str:
+    """Restart a dead, stalled or failed speed layer (unless held by `lambdalake speed stop`)."""
+    if _held(settings).exists():
+        return "held: stopped on purpose by `lambdalake speed stop`"
+    problem = speed_problem(settings)
+    if problem is None:
+        return "healthy"
+    stop_speed(settings)
+    start_speed(settings)
+    return f"restarted: {problem}"
 
 
 def up(settings: Settings, say=print) -> Settings:

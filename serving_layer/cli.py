@@ -45,6 +45,8 @@ def _parser() -> Parser:
     produce.add_argument("--seed", type=int, default=7)
     speed = sub.add_parser("speed", help="control the speed layer's process")
     speed.add_argument("action", choices=("start", "stop", "restart", "status"))
+    speed.add_argument("--resume-from-tables", action="store_true",
+                       help="if the landing checkpoint is lost, go on after the offsets already landed")
     query = sub.add_parser("query", help="run SQL against the merged views")
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -112,10 +114,25 @@ def _views(settings, as_json: bool) -> None:
               f"batch {v['tables']['batch']}; speed {v['tables']['speed']}")
 
 
+def _counts(settings, sql: str) -> list[dict]:
+    """Rows of ``sql`` as dicts, or none if its tables do not exist yet."""
+    from serving_layer.engine import QueryError, query
+
+    try:
+        columns, rows = query(settings, sql)
+    except QueryError:
+        return []
+    return [dict(zip(columns, row)) for row in rows]
+
+
 def _status(settings, as_json: bool) -> None:
     from infra import services
 
     report = services.status(settings)
+    report["late_events"] = _counts(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
+                                              "FROM late_events GROUP BY view, day ORDER BY view, day")
+    report["dead_letters"] = _counts(settings, "SELECT reason, count(*) AS records FROM dead_letters "
+                                               "GROUP BY reason ORDER BY records DESC")
     if as_json:
         print(json.dumps(report, indent=1, default=str))
         return
@@ -131,15 +148,23 @@ def _status(settings, as_json: bool) -> None:
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
+    print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
+          f"{sum(r['events'] for r in report['late_events'])}")
+    for row in report["late_events"]:
+        print(f"  {row['view']} {row['day']}: {row['events']} (last {row['last']})")
+    print(f"dead letters: {sum(r['records'] for r in report['dead_letters'])}")
+    for row in report["dead_letters"]:
+        print(f"  {row['records']:6}  {row['reason']}")
 
 
-def _speed(settings, action: str) -> None:
+def _speed(settings, action: str, resume_from_tables: bool) -> None:
     from infra import services
 
     if action in ("stop", "restart"):
-        print("speed layer stopped" if services.stop_speed(settings) else "speed layer was not running")
+        stopped = services.stop_speed(settings, hold=action == "stop")
+        print("speed layer stopped" if stopped else "speed layer was not running")
     if action in ("start", "restart"):
-        services.start_speed(settings)
+        services.start_speed(settings, resume_from_tables=resume_from_tables)
         print("speed layer running")
     if action == "status":
         print(json.dumps(services.speed_health(settings), indent=1) if services.speed_health(settings)
@@ -165,7 +190,7 @@ def run(argv: list[str]) -> None:
     elif args.command == "produce":
         _produce(settings, args)
     elif args.command == "speed":
-        _speed(settings, args.action)
+        _speed(settings, args.action, args.resume_from_tables)
     elif args.command == "query":
         from serving_layer.engine import query
 

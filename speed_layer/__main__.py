@@ -1,14 +1,16 @@
-"""Run the speed layer until stopped: ``python -m speed_layer`` (started by ``lambdalake up``)."""
+"""Run the speed layer until stopped: ``python -m speed_layer [--resume-from-tables]`` (started by
+``lambdalake up`` and ``lambdalake speed start``)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
 
 from infra import settings as config
 from infra import spark as sparks
-from speed_layer import health, queries
+from speed_layer import health, queries, resume
 from views import all_views
 
 
@@ -16,8 +18,14 @@ def main() -> int:
     settings = config.load()
     spark = sparks.session(settings, "lambdalake-speed")
     queries.ensure_tables(spark, settings)
-    landing = queries.start_landing(spark, settings)
+    try:
+        start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
+    except resume.CheckpointLost as lost:
+        print(f"speed layer: {lost}", file=sys.stderr)
+        health.write(settings, {"pid": os.getpid(), "error": str(lost), "queries": {}})
+        return 2
     view_queries = [queries.start_view(spark, settings, view) for view in all_views().values()]
+    landing = queries.start_landing(spark, settings, start, lambda: health.watermarks(view_queries))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error = None
@@ -37,7 +45,9 @@ def _summary(exc: Exception | None) -> str:
     """The root cause of a query's failure in one line."""
     lines = str(exc or "no error").splitlines()
     causes = [line for line in lines if line.startswith("Caused by:")]
-    return (causes[-1] if causes else lines[0])[:400]
+    summary = (causes[-1] if causes else lines[0])[:400]
+    lost = "failOnDataLoss" in str(exc) or "OFFSET_OUT_OF_RANGE" in str(exc)
+    return f"{summary} -- {resume.LOST_HINT}" if lost else summary
 
 
 if __name__ == "__main__":

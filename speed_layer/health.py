@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql.streaming import StreamingQuery
@@ -21,6 +22,16 @@ def _progress(query: StreamingQuery) -> dict:
     """The query's last progress as plain JSON (empty before its first batch)."""
     progress = query.lastProgress
     return json.loads(progress.json) if progress else {}
+
+
+def watermarks(queries: list[StreamingQuery]) -> dict[str, datetime]:
+    """Each query's current event-time watermark (queries without one yet are left out)."""
+    marks = {}
+    for query in queries:
+        mark = (_progress(query).get("eventTime") or {}).get("watermark")
+        if mark:
+            marks[query.name] = datetime.fromisoformat(mark.replace("Z", "+00:00"))
+    return marks
 
 
 def _processed_offsets(query: StreamingQuery) -> dict[int, int]:

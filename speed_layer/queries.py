@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from infra.settings import Settings
 from infra import delta as tables
-from views import compile, events
+from speed_layer import late_events
+from views import all_views, compile, events
 from views.model import View
 
 LANDING = "landing"
 
 
-def _kafka(spark: SparkSession, settings: Settings) -> DataFrame:
+def _kafka(spark: SparkSession, settings: Settings, starting_offsets: str) -> DataFrame:
     return (spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
             .option("subscribe", settings.events_topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", starting_offsets)
             .option("failOnDataLoss", "true")
             .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
             .load())
@@ -28,24 +31,35 @@ def _parse(records: DataFrame, settings: Settings) -> DataFrame:
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create raw_events and dead_letters (empty) so that readers never find them missing."""
+    """Create raw_events, dead_letters and late_events (empty) so that readers never find them missing."""
     empty = _parse(spark.createDataFrame([], events.KAFKA_RECORD), settings)
     tables.ensure(spark, settings.table("raw_events"), events.landed(empty).schema, ("event_date",))
     tables.ensure(spark, settings.table("dead_letters"), events.dead_letters(empty).schema,
                   ("dead_letter_date",))
+    tables.ensure(spark, settings.table("late_events"), late_events.SCHEMA)
 
 
-def start_landing(spark: SparkSession, settings: Settings) -> StreamingQuery:
-    """Land every Kafka record exactly once: valid ones in raw_events, the rest in dead_letters."""
-    raw_events, dead_letters = settings.table("raw_events"), settings.table("dead_letters")
+def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str],
+                  watermarks: Callable[[], dict]) -> StreamingQuery:
+    """Land every Kafka record exactly once: valid ones in raw_events, the rest in dead_letters.
+
+    ``start`` is the (txnAppId, startingOffsets) pair from :func:`speed_layer.resume.plan`.
+    ``watermarks()`` gives each view's current speed watermark; events behind it are counted, per view
+    and day, in late_events: the speed views will drop them, the batch layer recomputes their days.
+    """
+    raw_events, dead_letters, late = (settings.table(t) for t in ("raw_events", "dead_letters", "late_events"))
+    views = list(all_views().values())
+    app_id, starting_offsets = start
 
     def land(records: DataFrame, batch_id: int) -> None:
         parsed = _parse(records, settings).persist()
-        tables.append_once(events.landed(parsed), raw_events, LANDING, batch_id, ("event_date",))
-        tables.append_once(events.dead_letters(parsed), dead_letters, LANDING, batch_id, ("dead_letter_date",))
+        valid = events.landed(parsed)
+        tables.append_once(valid, raw_events, app_id, batch_id, ("event_date",))
+        tables.append_once(events.dead_letters(parsed), dead_letters, app_id, batch_id, ("dead_letter_date",))
+        tables.append_once(late_events.count(valid, views, watermarks(), batch_id), late, app_id, batch_id)
         parsed.unpersist()
 
-    return (_kafka(spark, settings).writeStream.queryName(LANDING).foreachBatch(land)
+    return (_kafka(spark, settings, starting_offsets).writeStream.queryName(LANDING).foreachBatch(land)
             .option("checkpointLocation", str(settings.checkpoints / LANDING))
             .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
 
@@ -54,7 +68,7 @@ def start_view(spark: SparkSession, settings: Settings, view: View) -> Streaming
     """Keep speed/<view> up to date from the raw_events stream (update mode, upsert per window)."""
     path = settings.table(f"speed/{view.name}")
     rows = compile.speed(view, spark.readStream.format("delta").load(settings.table("raw_events")),
-                         settings.watermark)
+                         view.watermark or settings.watermark)
     tables.ensure(spark, path, rows.schema)
 
     def upsert(batch: DataFrame, batch_id: int) -> None:

@@ -55,6 +55,8 @@ class View:
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
     event_time: str = "event_time"
+    #: How late an event may come and still count in speed (None: the deployment's default).
+    watermark: str | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:

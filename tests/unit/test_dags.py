@@ -31,7 +31,8 @@ def batch_timetable(dagbag):
 
 def test_every_dag_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert "batch_recompute" in dagbag.dag_ids
+    assert set(dagbag.dag_ids) == {"batch_recompute", "late_data_recompute", "speed_layer_watchdog"}
+    assert all(dag.doc_md for dag in dagbag.dags.values())
 
 
 def test_batch_recompute_is_configuration(dagbag):

@@ -1,0 +1,38 @@
+"""Late events: those behind a view's speed watermark, which its speed query drops.
+
+They are in raw_events all the same; late_events counts them per view and event day, with the time
+they arrived, so that the batch layer recomputes exactly the days that received them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from views.model import View
+
+SCHEMA = T.StructType([
+    T.StructField("view", T.StringType(), False),
+    T.StructField("day", T.DateType(), False),
+    T.StructField("events", T.LongType(), False),
+    T.StructField("received_at", T.TimestampType(), False),
+    T.StructField("batch_id", T.LongType(), False),
+])
+
+
+def count(landed: DataFrame, views: list[View], watermarks: dict[str, datetime], batch_id: int) -> DataFrame:
+    """Per view and day, how many of ``landed``'s events are older than that view's watermark."""
+    parts = [
+        landed.where(F.col("event_type").isin(*view.event_types) & (F.col(view.event_time) < F.lit(mark)))
+        .groupBy(F.lit(view.name).alias("view"), F.to_date(view.event_time).alias("day"))
+        .agg(F.count(F.lit(1)).alias("events"))
+        for view in views if (mark := watermarks.get(view.name)) is not None
+    ]
+    if not parts:
+        return landed.sparkSession.createDataFrame([], SCHEMA)
+    return reduce(DataFrame.unionByName, parts).select("view", "day", "events", F.current_timestamp().alias("received_at"),
+                        F.lit(batch_id).cast("long").alias("batch_id"))

@@ -1,0 +1,190 @@
+"""Fault tests of the speed layer on the real broker: kill -9 at random moments, a broker restart,
+and a flood of fuzzed bad records. Each is bounded in time and stops by itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from datetime import datetime, timedelta
+
+import psutil
+import pytest
+
+from infra import generator, kafka, processes, producer, services
+from infra.settings import load
+from serving_layer import engine
+from tests import oracle
+from views import timebase
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
+SKETCH_ERROR = 3 * 1.04 / 64
+
+
+@pytest.fixture
+def home(tmp_path, broker):
+    """A deployment on the session's broker with its own events topic; its speed layer stopped after."""
+    settings_json = json.loads((broker.home / "settings.json").read_text())
+    settings_json["events_topic"] = f"events-{tmp_path.name}"
+    (tmp_path / "settings.json").write_text(json.dumps(settings_json))
+    settings = load(tmp_path)
+    kafka.ensure_topics(settings)
+    yield settings
+    services.stop_speed(settings)
+
+
+def _recent(count: int, seed: int, mix: generator.Mix) -> list[generator.Record]:
+    """Records whose event times all lie within the last 8 minutes: none is behind the watermark."""
+    now = datetime.now(timebase.UTC)
+    return generator.generate(now - timedelta(minutes=8), now, count, seed=seed, mix=mix, shaped=False)
+
+
+def _landed(settings) -> tuple[int, int, int, int]:
+    _, [row] = engine.query(settings, (
+        "SELECT (SELECT count(*) FROM raw_events), "
+        "(SELECT count(DISTINCT (\"partition\", \"offset\")) FROM raw_events), "
+        "(SELECT count(*) FROM dead_letters), "
+        "(SELECT count(DISTINCT (\"partition\", \"offset\")) FROM dead_letters)"))
+    return row
+
+
+def _assert_exactly_once(settings, records) -> None:
+    services.wait_for_landing(settings, timeout=600)
+    landed, distinct_landed, dead, distinct_dead = _landed(settings)
+    bad = sum(r.kind == "malformed" for r in records)
+    assert (landed, dead) == (len(records) - bad, bad)
+    assert (distinct_landed, distinct_dead) == (landed, dead)  # each Kafka record exactly once
+    assert sum(kafka.end_offsets(settings, settings.events_topic).values()) == landed + dead
+
+
+def _assert_speed_view_equals_oracle(settings, records, timeout: float = 180) -> None:
+    expected = oracle.page_views_per_minute(records)
+    deadline = time.monotonic() + timeout
+    while True:
+        _, rows = engine.query(settings, "SELECT window_start, page, views, unique_users FROM page_views_per_minute")
+        merged = {(timebase.utc(r[0]), r[1]): (r[2], r[3]) for r in rows}
+        views = {k: v[0] for k, v in merged.items()}
+        if views == {k: v[0] for k, v in expected.items()} or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert views == {k: v[0] for k, v in expected.items()}
+    for key, (_, users) in merged.items():
+        assert abs(users - expected[key][1]) <= max(1, SKETCH_ERROR * expected[key][1]), key
+
+
+def _stream(settings, records, seconds: int = 40) -> None:
+    """Send ``records`` in order, spread over about ``seconds``."""
+    step = len(records) // seconds + 1
+    for start in range(0, len(records), step):
+        producer.send(settings, records[start:start + step])
+        time.sleep(1)
+
+
+def _kill_9(settings) -> None:
+    pid = processes.running_pid(settings, services.SPEED)
+    group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    os.killpg(pid, signal.SIGKILL)
+    psutil.wait_procs(group, timeout=30)
+
+
+def test_kill_9_five_times_during_200k_events_loses_and_repeats_nothing(home):
+    records = _recent(200_000, seed=21, mix=generator.Mix(late=0, duplicate=0.02, malformed=0.005))
+    sender = threading.Thread(target=_stream, args=(home, records), daemon=True)
+    rng = random.Random(5)
+    services.start_speed(home)
+    sender.start()
+    for _ in range(5):
+        time.sleep(rng.uniform(3, 15))
+        _kill_9(home)
+        services.start_speed(home)
+    sender.join(timeout=600)
+    assert not sender.is_alive()
+    _assert_exactly_once(home, records)
+    _assert_speed_view_equals_oracle(home, records)
+    assert services.speed_health(home)["error"] is None
+
+
+def test_broker_restart_mid_stream(home, broker):
+    records = _recent(20_000, seed=22, mix=generator.Mix(late=0))
+    half = len(records) // 2
+    services.start_speed(home)
+    producer.send(home, records[:half])
+    services.wait_for_landing(home, timeout=300)
+    kafka.stop(broker)
+    time.sleep(3)
+    kafka.start(broker)
+    producer.send(home, records[half:])
+    _assert_exactly_once(home, records)
+    _assert_speed_view_equals_oracle(home, records)
+    assert services.speed_problem(home) is None
+
+
+def _fuzzed(rng: random.Random, good: bytes) -> bytes:
+    """A record that cannot be a valid event: random bytes, or a good event broken in a random way."""
+    event = json.loads(good)
+    choice = rng.randrange(8)
+    if choice == 0:
+        return rng.randbytes(rng.randint(0, 300))
+    if choice == 1:
+        return good[: rng.randint(0, len(good) - 2)]
+    if choice == 2:
+        return json.dumps([event]).encode()
+    if choice == 3:
+        del event[rng.choice(["event_id", "event_time", "event_type", "user_id", "session_id"])]
+    elif choice == 4:
+        event[rng.choice(["event_id", "user_id", "session_id", "event_type"])] = rng.choice([None, "", 7, [1], {}])
+    elif choice == 5:
+        event["event_time"] = rng.choice(["", "now", "2026-13-45T99:00:00Z", "1700000000", "2026-11-20"])
+    elif choice == 6:
+        event.update(event_type="purchase", product_id="p1", quantity=rng.choice(["x", 1.5, -1, 0]), amount=1)
+    else:
+        event["page"] = "é" * rng.randint(9000, 20000)
+    return json.dumps(event).encode()
+
+
+def test_ten_thousand_fuzzed_bad_records_are_dead_lettered_and_stop_nothing(home):
+    rng = random.Random(9)
+    good = _recent(10_000, seed=23, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    mixed = []
+    for record in good:
+        mixed.append(record)
+        mixed.append(generator.Record(record.send_at, record.key, _fuzzed(rng, record.value), "malformed"))
+    services.start_speed(home)
+    assert producer.send(home, mixed) == len(mixed)
+    _assert_exactly_once(home, mixed)
+    _, [(reasonless,)] = engine.query(home, "SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL")
+    assert reasonless == 0
+    assert services.speed_problem(home) is None
+
+
+def test_watchdog_restarts_a_dead_speed_layer_unless_held(home):
+    services.start_speed(home)
+    assert services.watch_speed(home) == "healthy"
+    _kill_9(home)
+    assert services.speed_problem(home) == "the speed layer is not running"
+    assert services.watch_speed(home).startswith("restarted: the speed layer is not running")
+    assert services.speed_problem(home) is None
+    services.stop_speed(home, hold=True)
+    assert services.watch_speed(home).startswith("held")
+    assert processes.running_pid(home, services.SPEED) is None
+
+
+def test_lost_checkpoint_stops_with_the_ways_out_and_resumes_from_tables(home):
+    records = _recent(3000, seed=24, mix=generator.Mix(late=0))
+    services.start_speed(home)
+    producer.send(home, records[:1500])
+    services.wait_for_landing(home)
+    services.stop_speed(home)
+    for path in home.checkpoints.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with pytest.raises(processes.ServiceError, match="landing checkpoint .* is missing.*--resume-from-tables"):
+        services.start_speed(home)
+    services.start_speed(home, resume_from_tables=True)
+    producer.send(home, records[1500:])
+    _assert_exactly_once(home, records)
