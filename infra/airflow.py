@@ -139,7 +139,7 @@ def _prepare(settings: Settings) -> None:
                                   stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
         if done.returncode:
             raise processes.ServiceError(f"`airflow {' '.join(command[:2])}` failed (exit {done.returncode})"
-                                         f"{processes._tail(log)}")
+                                         f"{processes.log_tail(log)}")
     marker.write_text(wanted + "\n")
 
 
@@ -304,7 +304,7 @@ class AirflowClient:
                / f"{mapped}attempt={task['try_number']}.log")
         where = f"{dag_id} run {run_id} failed in task {task['task_id']} (attempt {task['try_number']})"
         errors = _errors(log)
-        return f"{where}: {errors}; log: {log}" if errors else f"{where}; log: {log}{processes._tail(log)}"
+        return f"{where}: {errors}; log: {log}" if errors else f"{where}; log: {log}{processes.log_tail(log)}"
 
     def import_errors(self) -> list[dict]:
         return self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]

@@ -98,12 +98,13 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path |
         if check():
             return
         if not alive():
-            raise ServiceError(f"{what} exited during start-up{_tail(log)}")
+            raise ServiceError(f"{what} exited during start-up{log_tail(log)}")
         time.sleep(0.5)
-    raise ServiceError(f"{what} not healthy after {timeout:.0f}s{_tail(log)}")
+    raise ServiceError(f"{what} not healthy after {timeout:.0f}s{log_tail(log)}")
 
 
-def _tail(log: Path | None, lines: int = 15) -> str:
+def log_tail(log: Path | None, lines: int = 15) -> str:
+    """The last ``lines`` of ``log``, formatted to end an error message (empty if there is no log)."""
     if not log or not log.exists():
         return ""
     text = log.read_text(errors="replace").splitlines()[-lines:]
