@@ -19,22 +19,31 @@ def _producer(settings: Settings):
                          retries=10, max_request_size=1_048_576)
 
 
+def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes]]) -> list[bool]:
+    """Send (key, value) pairs to the events topic; whether Kafka acknowledged each, in order."""
+    producer, futures = _producer(settings), []
+    try:
+        for key, value in messages:
+            futures.append(producer.send(settings.events_topic, key=key, value=value))
+        producer.flush()
+    finally:
+        producer.close()
+    return [f.succeeded() for f in futures]
+
+
 def send(settings: Settings, records: Iterable[Record], paced_from: datetime | None = None) -> int:
     """Send ``records`` to the events topic; with ``paced_from``, each at its ``send_at`` in real time
     (``paced_from`` maps to now). Returns how many were acknowledged."""
-    producer, futures = _producer(settings), []
-    started = time.monotonic()
-    try:
+    def paced():
+        started = time.monotonic()
         for record in records:
             if paced_from is not None:
                 due = (record.send_at - paced_from).total_seconds() - (time.monotonic() - started)
                 if due > 0:
                     time.sleep(due)
-            futures.append(producer.send(settings.events_topic, key=record.key, value=record.value))
-        producer.flush()
-    finally:
-        producer.close()
-    return sum(1 for f in futures if f.succeeded())
+            yield record.key, record.value
+
+    return sum(publish(settings, paced()))
 
 
 def read_file(path: Path, now: datetime) -> list[Record]:

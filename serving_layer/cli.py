@@ -52,6 +52,15 @@ def _parser() -> Parser:
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
     views = sub.add_parser("views", help="list the declared views")
     views.add_argument("--json", action="store_true")
+    dead = sub.add_parser("deadletters", help="summarise dead letters by reason; `replay` sends them back")
+    dead.add_argument("action", nargs="?", choices=("replay",),
+                      help="send corrected records (--from-file) or unchanged payloads (--reason) to the events topic")
+    dead.add_argument("--json", action="store_true")
+    dead.add_argument("--limit", type=_positive(int), default=20, metavar="N",
+                      help="how many of the latest dead letters to list (default 20)")
+    dead.add_argument("--reason", metavar="TEXT", help="only dead letters whose reason contains TEXT (any case)")
+    dead.add_argument("--from-file", type=Path, metavar="F",
+                      help='replay: JSONL, one {"partition": p, "offset": o, "value": corrected event} per line')
     return parser
 
 
@@ -197,6 +206,11 @@ def run(argv: list[str]) -> None:
         _print_rows(*query(settings, args.sql), args.format)
     elif args.command == "views":
         _views(settings, args.json)
+    elif args.command == "deadletters":
+        from serving_layer import deadletters
+
+        print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit,
+                                  from_file=args.from_file, as_json=args.json))
 
 
 def main(argv: list[str] | None = None) -> int:

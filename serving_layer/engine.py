@@ -17,7 +17,7 @@ from infra.settings import Settings
 from serving_layer.merge import merged_sql
 from views import all_views, timebase
 
-TABLES = ("raw_events", "dead_letters", "serving_state")
+TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays")
 
 
 class QueryError(ValueError):

@@ -56,7 +56,7 @@ def _rules(typed: Column, text: Column, size: Column, now: Column, max_bytes: in
            horizon_seconds: int) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
     rules = [
-        (size > max_bytes, F.format_string(f"oversized payload: %d bytes > {max_bytes}", size)),
+        (size > max_bytes, F.lit(f"oversized payload: more than {max_bytes} bytes")),
         (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
     ]
     for name in COMMON_FIELDS:

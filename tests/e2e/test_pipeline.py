@@ -3,6 +3,7 @@ Airflow's scheduler runs batch_recompute for the past days; the merged view equa
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timedelta
 
@@ -79,9 +80,36 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
             assert abs(users - exact_users) <= max(1, SKETCH_ERROR * exact_users), key
     assert {r[5] for r in merged.values()} == {"batch", "speed"}
 
+    records = records + _late_events_reach_the_merged_view(airflow_service, records, today)
+
     produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
     _, [(landed, dead, reasonless)] = engine.query(settings, (
         "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters), "
         "(SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL)"))
     assert produced == len(records) == landed + dead
     assert dead == kinds["malformed"] and reasonless == 0
+
+
+def _late_events_reach_the_merged_view(airflow_service, records: list, today: datetime) -> list:
+    """Events for an already batched day, far behind the speed watermark: the speed layer counts them
+    in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
+    settings, client = airflow_service.settings, airflow_service.client
+    yesterday = today - timedelta(days=1)
+    late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
+                              shaped=False, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    services.start_speed(settings)
+    try:
+        producer.send(settings, late)
+        services.wait_for_landing(settings)
+    finally:
+        services.stop_speed(settings)
+    _, [(counted,)] = engine.query(settings, (
+        f"SELECT sum(events) FROM late_events WHERE view = 'page_views_per_minute' AND day = DATE '{yesterday:%Y-%m-%d}'"))
+    assert counted == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
+
+    client.unpause("late_data_recompute")
+    client.wait_for_runs("late_data_recompute", 1, timeout=600)
+    expected = {k: v for k, v in oracle.page_views_per_minute(records + late).items() if yesterday <= k[0] < today}
+    merged = {k: (r[3], r[4]) for k, r in _merged(settings).items() if yesterday <= k[0] < today}
+    assert merged == expected
+    return late
