@@ -40,6 +40,7 @@ def session(settings: Settings, app_name: str, master: str = "local[2]"):
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.databricks.delta.optimizeWrite.enabled", "true")
         .config("spark.databricks.delta.autoCompact.enabled", "true")
+        .config("spark.databricks.delta.autoCompact.minNumFiles", "25")
         .config("spark.sql.streaming.stateStore.providerClass",
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")

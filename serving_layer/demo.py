@@ -83,7 +83,7 @@ def main() -> int:
     say(f"streaming live events at {LIVE_RATE}/s for {LIVE_SECONDS}s in the background: {generator.counts(live)}")
     stream = threading.Thread(target=producer.send, args=(settings, live, now), daemon=True)
     stream.start()
-    say(f"waiting for the speed layer to land the history ...")
+    say("waiting for the speed layer to land the history ...")
     services.wait_for_landing(settings)
     states = run_batch(settings, say)
     say(f"batch runs: {sorted(states.values()).count('success')} succeeded")

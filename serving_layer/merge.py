@@ -7,7 +7,7 @@ from datetime import datetime
 from views.model import View
 
 
-def merged_sql(view: View, boundary: datetime, batch: str | None, speed: str | None) -> str:
+def merged_sql(view: View, boundary: datetime, batch: str | None = None, speed: str | None = None) -> str:
     """SQL for the merged view over relations ``batch`` and ``speed`` (either may be missing)."""
     columns = ", ".join(f'"{c}"' for c in view.columns)
     at = f"TIMESTAMPTZ '{boundary.isoformat()}'"

@@ -25,8 +25,7 @@ def main() -> int:
         health.write(settings, {"pid": os.getpid(), "error": str(lost), "queries": {}})
         return 2
     view_queries = [queries.start_view(spark, settings, view) for view in all_views().values()]
-    _await_watermarks(view_queries)
-    landing = queries.start_landing(spark, settings, start, lambda: health.watermarks(view_queries))
+    landing = queries.start_landing(spark, settings, start, lambda: health.watermarks(settings, view_queries))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error = None
@@ -40,14 +39,6 @@ def main() -> int:
     for query in [landing, *view_queries]:
         query.stop()
     return 1 if error else 0
-
-
-def _await_watermarks(view_queries: list, timeout: float = 60) -> None:
-    """Wait until every view query reports its watermark (restored from its checkpoint), so that the
-    landing counts late events from its first micro-batch on."""
-    deadline = time.monotonic() + timeout
-    while len(health.watermarks(view_queries)) < len(view_queries) and time.monotonic() < deadline:
-        time.sleep(0.5)
 
 
 def _summary(exc: Exception | None) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql.streaming import StreamingQuery
 
 from infra import kafka
 from infra.settings import Settings
+from speed_layer.queries import view_checkpoint
 
 
 def path(settings: Settings) -> Path:
@@ -24,14 +25,27 @@ def _progress(query: StreamingQuery) -> dict:
     return json.loads(progress.json) if progress else {}
 
 
-def watermarks(queries: list[StreamingQuery]) -> dict[str, datetime]:
-    """Each query's current event-time watermark (queries without one yet are left out)."""
+def watermarks(settings: Settings, view_queries: list[StreamingQuery]) -> dict[str, datetime]:
+    """Each view query's current event-time watermark: from its progress, or, before its first
+    micro-batch after a restart, the one its checkpoint restores."""
     marks = {}
-    for query in queries:
+    for query in view_queries:
         mark = (_progress(query).get("eventTime") or {}).get("watermark")
         if mark:
             marks[query.name] = datetime.fromisoformat(mark.replace("Z", "+00:00"))
+        elif (restored := _checkpointed_watermark(view_checkpoint(settings, query.name))) is not None:
+            marks[query.name] = restored
     return marks
+
+
+def _checkpointed_watermark(checkpoint: Path) -> datetime | None:
+    """The watermark in the newest entry of a checkpoint's offset log (line 2: the batch metadata)."""
+    log = checkpoint / "offsets"
+    entries = [f for f in log.iterdir() if f.name.isdigit()] if log.is_dir() else []
+    if not entries:
+        return None
+    metadata = json.loads(max(entries, key=lambda f: int(f.name)).read_text().splitlines()[1])
+    return datetime.fromtimestamp(metadata["batchWatermarkMs"] / 1000, timezone.utc)
 
 
 def _processed_offsets(query: StreamingQuery) -> dict[int, int]:

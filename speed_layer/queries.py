@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +65,10 @@ def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str
             .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
 
 
+def view_checkpoint(settings: Settings, name: str) -> Path:
+    return settings.checkpoints / "views" / name
+
+
 def start_view(spark: SparkSession, settings: Settings, view: View) -> StreamingQuery:
     """Keep speed/<view> up to date from the raw_events stream (update mode, upsert per window)."""
     path = settings.table(f"speed/{view.name}")
@@ -75,5 +80,5 @@ def start_view(spark: SparkSession, settings: Settings, view: View) -> Streaming
         tables.upsert(batch, path, ("window_start", *view.keys))
 
     return (rows.writeStream.queryName(view.name).outputMode("update").foreachBatch(upsert)
-            .option("checkpointLocation", str(settings.checkpoints / "views" / view.name))
+            .option("checkpointLocation", str(view_checkpoint(settings, view.name)))
             .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())

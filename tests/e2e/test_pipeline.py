@@ -108,7 +108,8 @@ def _late_events_reach_the_merged_view(airflow_service, records: list, today: da
     assert counted == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
 
     client.unpause("late_data_recompute")
-    client.wait_for_runs("late_data_recompute", 1, timeout=600)
+    run = client.trigger("late_data_recompute", datetime.now(timebase.UTC))
+    client.wait_for_runs("late_data_recompute", [run], timeout=600)
     expected = {k: v for k, v in oracle.page_views_per_minute(records + late).items() if yesterday <= k[0] < today}
     merged = {k: (r[3], r[4]) for k, r in _merged(settings).items() if yesterday <= k[0] < today}
     assert merged == expected

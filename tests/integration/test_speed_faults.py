@@ -31,7 +31,7 @@ SKETCH_ERROR = 3 * 1.04 / 64
 def home(tmp_path, broker):
     """A deployment on the session's broker with its own events topic; its speed layer stopped after."""
     settings_json = json.loads((broker.home / "settings.json").read_text())
-    settings_json["events_topic"] = f"events-{tmp_path.name}"
+    settings_json.update(events_topic=f"events-{tmp_path.name}", max_offsets_per_trigger=20_000)
     (tmp_path / "settings.json").write_text(json.dumps(settings_json))
     settings = load(tmp_path)
     kafka.ensure_topics(settings)
