@@ -33,7 +33,7 @@ def main() -> int:
         failed = [q for q in [landing, *view_queries] if not q.isActive]
         if failed:
             error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
-            print(error, "\n".join(str(q.exception()) for q in failed), file=sys.stderr)
+            print(*(q.exception() for q in failed), f"speed layer: {error}", sep="\n", file=sys.stderr)
         health.write(settings, health.report(settings, landing, view_queries, error))
         time.sleep(2)
     for query in [landing, *view_queries]:

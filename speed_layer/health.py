@@ -48,16 +48,15 @@ def _checkpointed_watermark(checkpoint: Path) -> datetime | None:
     return datetime.fromtimestamp(metadata["batchWatermarkMs"] / 1000, timezone.utc)
 
 
-def _processed_offsets(query: StreamingQuery) -> dict[int, int]:
-    for source in _progress(query).get("sources", []):
+def _processed_offsets(progress: dict) -> dict[int, int]:
+    for source in progress.get("sources", []):
         end = source.get("endOffset")
         if isinstance(end, dict):
             return {int(p): int(o) for offsets in end.values() for p, o in offsets.items()}
     return {}
 
 
-def _query(query: StreamingQuery) -> dict:
-    progress = _progress(query)
+def _query(query: StreamingQuery, progress: dict) -> dict:
     return {
         "active": query.isActive,
         "batch_id": progress.get("batchId"),
@@ -71,7 +70,8 @@ def _query(query: StreamingQuery) -> dict:
 
 def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQuery], error: str | None) -> dict:
     """Collect the health of every query and the landing's lag behind Kafka's end offsets."""
-    processed = _processed_offsets(landing)
+    progress = {q.name: _progress(q) for q in [landing, *views]}  # one reading, so offsets match batch ids
+    processed = _processed_offsets(progress[landing.name])
     try:
         ends = kafka.end_offsets(settings, settings.events_topic)
         lag = sum(end - processed.get(p, 0) for p, end in ends.items())
@@ -85,7 +85,7 @@ def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQue
         "lag": lag,
         "end_offsets": ends,
         "processed_offsets": processed,
-        "queries": {q.name: _query(q) for q in [landing, *views]},
+        "queries": {q.name: _query(q, progress[q.name]) for q in [landing, *views]},
     }
 
 

@@ -188,3 +188,24 @@ def test_lost_checkpoint_stops_with_the_ways_out_and_resumes_from_tables(home):
     services.start_speed(home, resume_from_tables=True)
     producer.send(home, records[1500:])
     _assert_exactly_once(home, records)
+
+
+def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_ways_out(home):
+    from kafka import KafkaAdminClient, TopicPartition
+
+    records = _recent(600, seed=25, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    services.start_speed(home)
+    producer.send(home, records[:300])
+    services.wait_for_landing(home)
+    services.stop_speed(home)
+    producer.send(home, records[300:])
+    admin = KafkaAdminClient(bootstrap_servers=home.kafka_bootstrap)
+    try:  # retention catches up with the stopped speed layer: records it never landed are gone
+        ends = kafka.end_offsets(home, home.events_topic)
+        admin.delete_records({TopicPartition(home.events_topic, p): end for p, end in ends.items()})
+    finally:
+        admin.close()
+    with pytest.raises(processes.ServiceError, match="Kafka no longer holds offsets the speed layer still needs"):
+        services.start_speed(home)
+    landed, _, dead, _ = _landed(home)
+    assert (landed, dead) == (300, 0)
