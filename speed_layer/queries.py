@@ -56,8 +56,10 @@ def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str
         parsed = _parse(records, settings).persist()
         valid = events.landed(parsed)
         tables.append_once(valid, raw_events, app_id, batch_id, ("event_date",))
-        tables.append_once(events.dead_letters(parsed), dead_letters, app_id, batch_id, ("dead_letter_date",))
-        tables.append_once(late_events.count(valid, views, watermarks(), batch_id), late, app_id, batch_id)
+        for rows, path, partition_by in ((events.dead_letters(parsed), dead_letters, ("dead_letter_date",)),
+                                         (late_events.count(valid, views, watermarks(), batch_id), late, ())):
+            if not rows.isEmpty():  # most batches have neither: skip a whole Delta commit
+                tables.append_once(rows, path, app_id, batch_id, partition_by)
         parsed.unpersist()
 
     return (_kafka(spark, settings, starting_offsets).writeStream.queryName(LANDING).foreachBatch(land)

@@ -22,6 +22,7 @@ TYPE_FIELDS = {
     "purchase": ("product_id", "quantity", "amount"),
 }
 
+STRING_FIELDS = (*COMMON_FIELDS, "page", "query", "product_id")
 AMOUNT = T.DecimalType(12, 2)
 _TYPED = T.StructType([
     *(T.StructField(name, T.StringType()) for name in COMMON_FIELDS),
@@ -52,13 +53,22 @@ EVENT_COLUMNS = ("event_id", "event_time", "event_type", "user_id", "session_id"
 KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")
 
 
-def _rules(typed: Column, text: Column, size: Column, now: Column, max_bytes: int,
+def _json_type(variant: Column, name: str) -> Column:
+    """The JSON type of field ``name`` (STRING, BIGINT, ARRAY<...>, VOID for null; null if absent)."""
+    return F.schema_of_variant(F.try_variant_get(variant, f"$.{name}", "variant"))
+
+
+def _rules(typed: Column, text: Column, variant: Column, size: Column, now: Column, max_bytes: int,
            horizon_seconds: int) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
     rules = [
         (size > max_bytes, F.lit(f"oversized payload: more than {max_bytes} bytes")),
         (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
     ]
+    for name in STRING_FIELDS:
+        kind = _json_type(variant, name)
+        rules.append((~kind.isin("STRING", "VOID"),
+                      F.format_string(f"field {name} has the wrong type: %s, expected a string", kind)))
     for name in COMMON_FIELDS:
         rules.append((F.coalesce(F.trim(text[name]), F.lit("")) == "", F.lit(f"missing field {name}")))
     rules += [
@@ -98,11 +108,12 @@ def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: in
         F.current_timestamp().alias("ingested_at"),
         F.from_json(payload, _TYPED).alias("typed"),
         F.from_json(payload, _TEXT, _JSON_OPTIONS).alias("text"),
+        F.try_parse_json(payload).alias("variant"),
         F.length(F.col("value")).alias("size"),
     )
     reason = F.lit(None).cast("string")
-    for is_bad, why in reversed(_rules(F.col("typed"), F.col("text"), F.col("size"), F.col("ingested_at"),
-                                       max_payload_bytes, future_horizon_seconds)):
+    for is_bad, why in reversed(_rules(F.col("typed"), F.col("text"), F.col("variant"), F.col("size"),
+                                       F.col("ingested_at"), max_payload_bytes, future_horizon_seconds)):
         reason = F.when(F.coalesce(is_bad, F.lit(False)), why).otherwise(reason)
     event_time = F.try_to_timestamp(F.col("text.event_time"))
     return df.select(
