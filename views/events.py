@@ -74,7 +74,7 @@ def _rules(typed: Column, text: Column, variant: Column, size: Column, now: Colu
     rules += [
         (~text["event_type"].isin(*EVENT_TYPES),
          F.format_string("unknown event_type '%s'", text["event_type"])),
-        (~text["event_time"].rlike(RFC3339),
+        (~text["event_time"].rlike(RFC3339) | F.try_to_timestamp(text["event_time"]).isNull(),
          F.format_string("event_time '%s' is not RFC 3339 with an offset", text["event_time"])),
         (F.try_to_timestamp(text["event_time"]) > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
          F.lit(f"event_time more than {horizon_seconds}s in the future")),

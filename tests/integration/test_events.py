@@ -35,6 +35,7 @@ CASES = [
     (_with(quantity=0), "quantity must be positive"),
     (_with(amount=1.999), "amount '1.999' is not a decimal with at most 2 places"),
     (_with(event_time="2026-11-20 10:15:30"), "is not RFC 3339 with an offset"),
+    (_with(event_time="2026-13-45T99:00:00Z"), "is not RFC 3339 with an offset"),
     (_with(event_time="2099-01-01T00:00:00Z"), "in the future"),
     (_with(event_type="page_view", page="x" * 5000), "oversized payload"),
 ]
