@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -15,12 +16,18 @@ SPEED = "speed-layer"
 HISTORY_DAYS = 3
 
 
-def speed_health(settings: Settings) -> dict | None:
-    """The speed layer's last health report, if its process runs."""
-    from speed_layer import health  # reads a JSON file only; no Spark is started
+def last_speed_health(settings: Settings) -> dict | None:
+    """The speed layer's last health report, whether or not it still runs."""
+    try:
+        return json.loads(settings.speed_health_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
+
+def speed_health(settings: Settings) -> dict | None:
+    """The speed layer's health report, if its process runs."""
     pid = processes.running_pid(settings, SPEED)
-    report = health.read(settings)
+    report = last_speed_health(settings)
     return report if pid is not None and report and report.get("pid") == pid else None
 
 

@@ -64,6 +64,11 @@ class Settings:
         """Pid files and other state of running processes."""
         return self.home / "run"
 
+    @property
+    def speed_health_file(self) -> Path:
+        """The speed layer's health report, rewritten every few seconds while it runs."""
+        return self.run / "speed-health.json"
+
     def table(self, name: str) -> str:
         """Path of a Delta table, e.g. ``raw_events``, ``speed/page_views_per_minute``."""
         return str(self.data / name)

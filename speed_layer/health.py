@@ -15,10 +15,6 @@ from infra.settings import Settings
 from speed_layer.queries import view_checkpoint
 
 
-def path(settings: Settings) -> Path:
-    return settings.run / "speed-health.json"
-
-
 def _progress(query: StreamingQuery) -> dict:
     """The query's last progress as plain JSON (empty before its first batch)."""
     progress = query.lastProgress
@@ -90,15 +86,10 @@ def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQue
 
 
 def write(settings: Settings, health: dict) -> None:
-    target = path(settings)
+    """Replace the health report (``settings.speed_health_file``) atomically."""
+    target = settings.speed_health_file
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(health, indent=2, default=str))
     tmp.replace(target)
 
-
-def read(settings: Settings) -> dict | None:
-    try:
-        return json.loads(path(settings).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None

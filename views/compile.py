@@ -30,10 +30,10 @@ def _exact(measure: Measure) -> Column:
     return F.count_distinct(F.col(measure.column)).cast("long").alias(measure.name)
 
 
-def _sketched(measure: Measure) -> list[Column]:
+def _sketched(measure: Measure) -> Column:
     if measure.kind == "count":
-        return [F.count(F.lit(1)).cast("long").alias(measure.name)]
-    return [F.hll_sketch_agg(F.col(measure.column)).alias(f"{measure.name}_sketch")]
+        return _exact(measure)
+    return F.hll_sketch_agg(F.col(measure.column)).alias(f"{measure.name}_sketch")
 
 
 def _output(grouped: DataFrame, view: View, measures: list[Column]) -> DataFrame:
@@ -70,6 +70,6 @@ def speed(view: View, events: DataFrame, watermark: str) -> DataFrame:
     deduped = (_inputs(view, events).withWatermark(view.event_time, watermark)
                .dropDuplicatesWithinWatermark(["event_id"]))
     grouped = deduped.groupBy(_window(view), *view.keys)
-    aggregated = grouped.agg(*(c for m in view.measures for c in _sketched(m)))
+    aggregated = grouped.agg(*(_sketched(m) for m in view.measures))
     return _output(aggregated, view, [*(_estimate(m) for m in view.measures),
                                       *(F.col(c) for c in sketch_columns(view))])

@@ -18,7 +18,6 @@ import pytest
 from infra import generator, kafka, processes, producer, services
 from infra.settings import load
 from serving_layer import engine
-from speed_layer import health
 from tests import oracle
 from views import timebase
 
@@ -211,6 +210,6 @@ def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_w
     except processes.ServiceError:
         pass
     processes.wait_until(lambda: processes.running_pid(home, services.SPEED) is None, 120, "the speed layer to stop")
-    assert "Kafka no longer holds offsets the speed layer still needs" in health.read(home)["error"]
+    assert "Kafka no longer holds offsets the speed layer still needs" in services.last_speed_health(home)["error"]
     landed, _, dead, _ = _landed(home)
     assert (landed, dead) == (300, 0)
