@@ -7,10 +7,10 @@ a day enters the ledger (serving_state) only after its rows are committed.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -34,25 +34,49 @@ def _literal(moment: datetime) -> str:
     return f"TIMESTAMP'{timebase.utc(moment):%Y-%m-%d %H:%M:%S}'"
 
 
-def _raw_events(spark: SparkSession, settings: Settings):
-    path = settings.table("raw_events")
+def _table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    path = settings.table(name)
     if not DeltaTable.isDeltaTable(spark, path):
-        raise FileNotFoundError(f"no raw_events table at {path}: start the speed layer (`lambdalake up`) "
+        raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
                                 f"so that events land before recomputing")
     return spark.read.format("delta").load(path)
 
 
+class ExpectationFailed(ValueError):
+    """A view's rows broke its data-quality expectations; nothing was written."""
+
+
+def check_expectations(view: View, rows: DataFrame) -> None:
+    """Raise :class:`ExpectationFailed` naming each expectation that some of ``rows`` break."""
+    if not view.expectations:
+        return
+    broken = rows.select(*(F.count_if(~F.coalesce(F.expr(e), F.lit(False))).alias(str(i))
+                           for i, e in enumerate(view.expectations))).first()
+    failures = [f"{e!r} fails for {broken[i]} rows" for i, e in enumerate(view.expectations) if broken[i]]
+    if failures:
+        raise ExpectationFailed(f"view {view.name}: {'; '.join(failures)}; its batch table was left as it was")
+
+
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
-    """Replace ``view``'s batch rows for the days of ``[start, end)`` and record those days complete."""
+    """Replace ``view``'s batch rows for the days of ``[start, end)`` and record those days complete.
+
+    Events are read from as far before and after those days as the view's windows reach (a session
+    that began the day before, a 10-minute window starting at 23:59, a click after midnight).
+    """
     start, end = timebase.utc(start), timebase.utc(end)
     days = timebase.days_between(start, end)
-    events = _raw_events(spark, settings).where(F.col("event_date").isin(days))
+    first, last = (start - view.lookback).date(), (end + view.reach - timedelta(microseconds=1)).date()
+    events = _table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
+    dimensions = {name: _table(spark, settings, name) for name in compile.dimension_tables(view)}
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
-    rows = compile.batch(view, events).where(window).persist()
-    per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
-    (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
-     .save(settings.table(f"batch/{view.name}")))
-    rows.unpersist()
+    rows = compile.batch(view, events, dimensions).where(window).persist()
+    try:
+        check_expectations(view, rows)
+        per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
+        (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
+         .save(settings.table(f"batch/{view.name}")))
+    finally:
+        rows.unpersist()
     ledger = settings.table("serving_state")
     delta.ensure(spark, ledger, LEDGER)
     now = datetime.now(timebase.UTC)
@@ -68,4 +92,5 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     """Recompute every view for ``[start, end)`` (whole UTC days); the summary per view."""
     spark = sparks.session(settings, "lambdalake-batch")
-    return {name: recompute_view(spark, settings, view, start, end) for name, view in all_views().items()}
+    views = all_views(settings.view_modules)
+    return {name: recompute_view(spark, settings, view, start, end) for name, view in views.items()}

@@ -28,3 +28,19 @@ def upsert(rows: DataFrame, path: str, keys: tuple[str, ...]) -> None:
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     (DeltaTable.forPath(rows.sparkSession, path).alias("t").merge(rows.alias("s"), on)
      .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+
+def merge_once(rows: DataFrame, path: str, keys: tuple[str, ...], updates: dict[str, str], app_id: str,
+               batch_id: int) -> None:
+    """Merge ``rows`` (``s``) into the table (``t``) on ``keys``: matched rows get ``updates`` (SQL per
+    column), new ones are inserted; skipped if micro-batch ``batch_id`` of ``app_id`` was committed."""
+    spark = rows.sparkSession  # a streaming query's own session: its settings do not leak to others
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    try:
+        (DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
+         .whenMatchedUpdate(set=updates).whenNotMatchedInsertAll().execute())
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")

@@ -19,6 +19,9 @@ KINDS = ("valid", "late", "duplicate", "malformed")
 PAGES = ("/", "/search", "/cart", "/checkout", "/deals", "/help", *(f"/product/p{i}" for i in range(12)))
 QUERIES = ("shoes", "red shoes", "jacket", "socks", "hat", "gloves", "scarf", "boots")
 PRODUCTS = tuple(f"p{i}" for i in range(40))
+#: Products the changelog never creates: their purchases fall in category "unknown".
+UNLISTED = 4
+CATEGORIES = ("shoes", "outerwear", "accessories", "basics", "sale")
 OFFSETS = (0, 0, 0, 60, -300, 330)  # minutes east of UTC that producers stamp times with
 
 
@@ -26,7 +29,7 @@ OFFSETS = (0, 0, 0, 60, -300, 330)  # minutes east of UTC that producers stamp t
 class Record:
     send_at: datetime
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone (the products changelog's deletion)
     kind: str
 
 
@@ -142,3 +145,25 @@ def counts(records: list[Record]) -> dict[str, int]:
     """How many records of each kind, and in all."""
     tally = {kind: sum(r.kind == kind for r in records) for kind in KINDS}
     return {**tally, "total": len(records)}
+
+
+def _product(product: str, when: datetime, rng: random.Random) -> Record:
+    change = {"product_id": product, "category": rng.choice(CATEGORIES), "price": round(rng.uniform(5, 200), 2),
+              "updated_at": _stamp(when, rng)}
+    return Record(when, product.encode(), json.dumps(change).encode(), "product")
+
+
+def products(start: datetime, end: datetime, changes: int = 40, seed: int = 7) -> list[Record]:
+    """The products changelog, in send order: every product but the last ``UNLISTED`` created at
+    ``start``, then ``changes`` price and category changes and deletions (tombstones; a deleted product
+    may come back) spread over ``[start, end)``."""
+    rng = random.Random(seed)
+    listed = PRODUCTS[:-UNLISTED]
+    records = [_product(p, start, rng) for p in listed]
+    span = (end - start).total_seconds()
+    for _ in range(changes):
+        when = (start + timedelta(seconds=rng.uniform(0, span))).replace(microsecond=0)
+        product = rng.choice(listed)
+        deleted = rng.random() < 0.15
+        records.append(Record(when, product.encode(), None, "deletion") if deleted else _product(product, when, rng))
+    return sorted(records, key=lambda r: r.send_at)

@@ -19,12 +19,15 @@ def _producer(settings: Settings):
                          retries=10, max_request_size=1_048_576)
 
 
-def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes]]) -> list[bool]:
-    """Send (key, value) pairs to the events topic; whether Kafka acknowledged each, in order."""
+def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]],
+            topic: str | None = None) -> list[bool]:
+    """Send (key, value, timestamp in ms or None for now) triples to ``topic`` (default: the events
+    topic); whether Kafka acknowledged each, in order."""
     producer, futures = _producer(settings), []
     try:
-        for key, value in messages:
-            futures.append(producer.send(settings.events_topic, key=key, value=value))
+        for key, value, timestamp_ms in messages:
+            futures.append(producer.send(topic or settings.events_topic, key=key, value=value,
+                                         timestamp_ms=timestamp_ms))
         producer.flush()
     finally:
         producer.close()
@@ -41,9 +44,16 @@ def send(settings: Settings, records: Iterable[Record], paced_from: datetime | N
                 due = (record.send_at - paced_from).total_seconds() - (time.monotonic() - started)
                 if due > 0:
                     time.sleep(due)
-            yield record.key, record.value
+            yield record.key, record.value, None
 
     return sum(publish(settings, paced()))
+
+
+def send_products(settings: Settings, records: Iterable[Record]) -> int:
+    """Send product changelog records to the products topic, stamped with their ``send_at`` (a
+    deletion takes effect then). Returns how many were acknowledged."""
+    messages = ((r.key, r.value, int(r.send_at.timestamp() * 1000)) for r in records)
+    return sum(publish(settings, messages, settings.products_topic))
 
 
 def read_file(path: Path, now: datetime) -> list[Record]:

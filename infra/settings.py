@@ -38,6 +38,10 @@ class Settings:
     #: First day the nightly batch DAG covers (ISO date); written by ``lambdalake up`` if unset.
     batch_start_date: str | None = None
     spark_driver_memory: str = "2g"
+    #: Modules that declare a deployment's own views (one ``VIEW`` each), beside the views package.
+    view_modules: tuple[str, ...] = ()
+    #: The views the speed layer keeps up to date (None: all of them); the others are batch only.
+    speed_views: tuple[str, ...] | None = None
 
     @property
     def kafka_bootstrap(self) -> str:

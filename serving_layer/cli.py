@@ -42,6 +42,9 @@ def _parser() -> Parser:
     produce.add_argument("--per-day", type=_positive(int), default=2000, help="history events per day")
     produce.add_argument("--rate", type=_positive(float), help="live events per second")
     produce.add_argument("--duration", type=_positive(float), default=30, help="live seconds (default 30)")
+    produce.add_argument("--products", action="store_true",
+                         help="also send the products changelog (creations, price and category changes, "
+                              "deletions) over the same span to the products topic")
     produce.add_argument("--seed", type=int, default=7)
     speed = sub.add_parser("speed", help="control the speed layer's process")
     speed.add_argument("action", choices=("start", "stop", "restart", "status"))
@@ -85,6 +88,12 @@ def _produce(settings, args) -> None:
     if not (args.from_file or args.days or args.rate):
         raise ValueError("produce needs --from-file F, --days D or --rate N")
     now = datetime.now(UTC)
+    if args.products:
+        start = now - timedelta(days=args.days or 0)
+        changes = generator.products(start, now + timedelta(seconds=args.duration if args.rate else 0), seed=args.seed)
+        sent = producer.send_products(settings, changes)
+        print(f"products changelog: sent {sent} to {settings.products_topic}: "
+              f"{sum(c.value is None for c in changes)} deletions")
     if args.from_file:
         sent = producer.send(settings, producer.read_file(args.from_file, now))
         print(f"sent {sent} records from {args.from_file} to {settings.events_topic}")
@@ -102,17 +111,18 @@ def _produce(settings, args) -> None:
 def _views(settings, as_json: bool) -> None:
     from serving_layer.engine import boundaries
     from views import all_views
-    from views.compile import sketch_columns
+    from views.compile import state_columns
 
     bounds = boundaries(settings)
     listing = [{
-        "name": v.name, "description": v.description.strip(), "window": f"tumbling {v.window.size}",
+        "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
         "keys": list(v.keys), "measures": [m.name for m in v.measures],
         "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
+        "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
         "tables": {"batch": settings.table(f"batch/{v.name}"), "speed": settings.table(f"speed/{v.name}")},
-        "speed_only_columns": list(sketch_columns(v)),
+        "speed_only_columns": list(state_columns(v)),
         "boundary": bounds[v.name].isoformat(),
-    } for v in all_views().values()]
+    } for v in all_views(settings.view_modules).values()]
     if as_json:
         print(json.dumps(listing, indent=1))
         return

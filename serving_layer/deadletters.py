@@ -268,7 +268,7 @@ def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
     from infra import producer
 
     try:
-        return producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value)
+        return producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
                                            for r in replays))
     except KafkaError as exc:
         raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc!r}); "

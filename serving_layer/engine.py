@@ -17,7 +17,8 @@ from infra.settings import Settings
 from serving_layer.merge import merged_sql
 from views import all_views, timebase
 
-TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays")
+TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
+          "product_changes", "products")
 
 
 class QueryError(ValueError):
@@ -36,7 +37,7 @@ def boundaries(settings: Settings) -> dict[str, datetime]:
     ledger = _dataset(settings, "serving_state")
     table = ledger.to_table(columns=["view", "day"]) if ledger is not None else None
     result = {}
-    for name in all_views():
+    for name in all_views(settings.view_modules):
         days = [] if table is None else table.filter(pc.equal(table["view"], name))["day"].to_pylist()
         result[name] = timebase.boundary(days)
     return result
@@ -51,7 +52,7 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
         if dataset is not None:
             con.register(name, dataset)
     bounds = boundaries(settings)
-    for name, view in all_views().items():
+    for name, view in all_views(settings.view_modules).items():
         relations = {}
         for layer in ("batch", "speed"):
             dataset = _dataset(settings, f"{layer}/{name}")

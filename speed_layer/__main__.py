@@ -11,7 +11,6 @@ import time
 from infra import settings as config
 from infra import spark as sparks
 from speed_layer import health, queries, resume
-from views import all_views
 
 
 def main() -> int:
@@ -24,19 +23,20 @@ def main() -> int:
         print(f"speed layer: {lost}", file=sys.stderr)
         health.write(settings, {"pid": os.getpid(), "error": str(lost), "queries": {}})
         return 2
-    view_queries = [queries.start_view(spark, settings, view) for view in all_views().values()]
+    view_queries = [queries.start_view(spark, settings, view) for view in queries.speed_views(settings)]
     landing = queries.start_landing(spark, settings, start, lambda: health.watermarks(settings, view_queries))
+    others = [queries.start_products(spark, settings), *view_queries]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error = None
     while not stopping and error is None:
-        failed = [q for q in [landing, *view_queries] if not q.isActive]
+        failed = [q for q in [landing, *others] if not q.isActive]
         if failed:
             error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
             print(*(q.exception() for q in failed), f"speed layer: {error}", sep="\n", file=sys.stderr)
-        health.write(settings, health.report(settings, landing, view_queries, error))
+        health.write(settings, health.report(settings, landing, others, error))
         time.sleep(2)
-    for query in [landing, *view_queries]:
+    for query in [landing, *others]:
         query.stop()
     return 1 if error else 0
 

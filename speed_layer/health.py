@@ -64,9 +64,9 @@ def _query(query: StreamingQuery, progress: dict) -> dict:
     }
 
 
-def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQuery], error: str | None) -> dict:
+def report(settings: Settings, landing: StreamingQuery, others: list[StreamingQuery], error: str | None) -> dict:
     """Collect the health of every query and the landing's lag behind Kafka's end offsets."""
-    progress = {q.name: _progress(q) for q in [landing, *views]}  # one reading, so offsets match batch ids
+    progress = {q.name: _progress(q) for q in [landing, *others]}  # one reading, so offsets match batch ids
     processed = _processed_offsets(progress[landing.name])
     try:
         ends = kafka.end_offsets(settings, settings.events_topic)
@@ -81,7 +81,7 @@ def report(settings: Settings, landing: StreamingQuery, views: list[StreamingQue
         "lag": lag,
         "end_offsets": ends,
         "processed_offsets": processed,
-        "queries": {q.name: _query(q, progress[q.name]) for q in [landing, *views]},
+        "queries": {q.name: _query(q, progress[q.name]) for q in [landing, *others]},
     }
 
 

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from views import compile
 from views.model import View
 
 SCHEMA = T.StructType([
@@ -27,7 +28,7 @@ SCHEMA = T.StructType([
 def count(landed: DataFrame, views: list[View], watermarks: dict[str, datetime], batch_id: int) -> DataFrame:
     """Per view and day, how many of ``landed``'s events are older than that view's watermark."""
     parts = [
-        landed.where(F.col("event_type").isin(*view.event_types) & (F.col(view.event_time) < F.lit(mark)))
+        compile.inputs(view, landed).where(F.col(view.event_time) < F.lit(mark))
         .groupBy(F.lit(view.name).alias("view"), F.to_date(view.event_time).alias("day"))
         .agg(F.count(F.lit(1)).alias("events"))
         for view in views if (mark := watermarks.get(view.name)) is not None

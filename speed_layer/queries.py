@@ -1,26 +1,30 @@
-"""The speed layer's streaming queries: Kafka -> raw_events + dead_letters, and raw_events -> speed views."""
+"""The speed layer's streaming queries: Kafka -> raw_events + dead_letters, Kafka products -> the
+products dimension, and raw_events -> speed views."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Callable
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from infra.settings import Settings
 from infra import delta as tables
+from infra.settings import Settings
 from speed_layer import late_events
-from views import all_views, compile, events
+from views import all_views, compile, events, products
 from views.model import View
 
 LANDING = "landing"
+PRODUCTS = "products"
 
 
-def _kafka(spark: SparkSession, settings: Settings, starting_offsets: str) -> DataFrame:
+def _kafka(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
     return (spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-            .option("subscribe", settings.events_topic)
+            .option("subscribe", topic)
             .option("startingOffsets", starting_offsets)
             .option("failOnDataLoss", "true")
             .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
@@ -31,13 +35,33 @@ def _parse(records: DataFrame, settings: Settings) -> DataFrame:
     return events.parse(records, settings.max_payload_bytes, settings.future_horizon_seconds)
 
 
+def _start(rows: DataFrame, settings: Settings, name: str, checkpoint: Path, each_batch, mode: str = "append"):
+    return (rows.writeStream.queryName(name).outputMode(mode).foreachBatch(each_batch)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
+
+
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create raw_events, dead_letters and late_events (empty) so that readers never find them missing."""
-    empty = _parse(spark.createDataFrame([], events.KAFKA_RECORD), settings)
-    tables.ensure(spark, settings.table("raw_events"), events.landed(empty).schema, ("event_date",))
-    tables.ensure(spark, settings.table("dead_letters"), events.dead_letters(empty).schema,
+    """Create the landed tables and the products dimension (empty) so that readers never find them missing."""
+    empty = spark.createDataFrame([], events.KAFKA_RECORD)
+    parsed = _parse(empty, settings)
+    tables.ensure(spark, settings.table("raw_events"), events.landed(parsed).schema, ("event_date",))
+    tables.ensure(spark, settings.table("dead_letters"), events.dead_letters(parsed).schema,
                   ("dead_letter_date",))
     tables.ensure(spark, settings.table("late_events"), late_events.SCHEMA)
+    changes = products.changes(products.parse(empty))
+    tables.ensure(spark, settings.table("product_changes"), changes.schema)
+    tables.ensure(spark, settings.table("products"), products.dimension(changes).schema)
+
+
+def speed_views(settings: Settings) -> list[View]:
+    """The views the speed layer keeps (setting ``speed_views``; all by default)."""
+    views = all_views(settings.view_modules)
+    chosen = views if settings.speed_views is None else settings.speed_views
+    unknown = sorted(set(chosen) - set(views))
+    if unknown:
+        raise ValueError(f"setting speed_views names unknown views {', '.join(unknown)}; known: {', '.join(views)}")
+    return [views[name] for name in chosen]
 
 
 def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str],
@@ -49,7 +73,7 @@ def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str
     and day, in late_events: the speed views will drop them, the batch layer recomputes their days.
     """
     raw_events, dead_letters, late = (settings.table(t) for t in ("raw_events", "dead_letters", "late_events"))
-    views = list(all_views().values())
+    views = speed_views(settings)
     app_id, starting_offsets = start
 
     def land(records: DataFrame, batch_id: int) -> None:
@@ -62,9 +86,43 @@ def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str
                 tables.append_once(rows, path, app_id, batch_id, partition_by)
         parsed.unpersist()
 
-    return (_kafka(spark, settings, starting_offsets).writeStream.queryName(LANDING).foreachBatch(land)
-            .option("checkpointLocation", str(settings.checkpoints / LANDING))
-            .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
+    return _start(_kafka(spark, settings, settings.events_topic, starting_offsets), settings, LANDING,
+                  settings.checkpoints / LANDING, land)
+
+
+def _app_id(settings: Settings, checkpoint: Path) -> tuple[str, bool]:
+    """The Delta txnAppId of the query checkpointed at ``checkpoint``, and whether it is new.
+
+    It is kept beside the checkpoint, so a new checkpoint (whose batch ids restart at 0) gets a new
+    one and Delta's idempotent writes never mistake its batches for old ones.
+    """
+    app_file = checkpoint.with_name(checkpoint.name + ".app-id")
+    if (checkpoint / "offsets").is_dir() and app_file.exists():
+        return app_file.read_text().strip(), False
+    app_file.parent.mkdir(parents=True, exist_ok=True)
+    app_file.write_text(f"{checkpoint.name}-{uuid.uuid4().hex[:12]}\n")
+    return app_file.read_text().strip(), True
+
+
+def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
+    """Land the products changelog exactly once in product_changes (bad records in dead_letters) and
+    rebuild the products dimension from it after each micro-batch with changes."""
+    checkpoint = settings.checkpoints / PRODUCTS
+    app_id, _ = _app_id(settings, checkpoint)
+    changelog, dimension = settings.table("product_changes"), settings.table("products")
+
+    def land(records: DataFrame, batch_id: int) -> None:
+        parsed = products.parse(records).persist()
+        changes, dead = products.changes(parsed), events.dead_letters(parsed)
+        if not dead.isEmpty():
+            tables.append_once(dead, settings.table("dead_letters"), app_id, batch_id, ("dead_letter_date",))
+        if not changes.isEmpty():
+            tables.append_once(changes, changelog, app_id, batch_id)
+            current = products.dimension(records.sparkSession.read.format("delta").load(changelog))
+            current.write.format("delta").mode("overwrite").save(dimension)
+        parsed.unpersist()
+
+    return _start(_kafka(spark, settings, settings.products_topic, "earliest"), settings, PRODUCTS, checkpoint, land)
 
 
 def view_checkpoint(settings: Settings, name: str) -> Path:
@@ -72,15 +130,29 @@ def view_checkpoint(settings: Settings, name: str) -> Path:
 
 
 def start_view(spark: SparkSession, settings: Settings, view: View) -> StreamingQuery:
-    """Keep speed/<view> up to date from the raw_events stream (update mode, upsert per window)."""
-    path = settings.table(f"speed/{view.name}")
-    rows = compile.speed(view, spark.readStream.format("delta").load(settings.table("raw_events")),
-                         view.watermark or settings.watermark)
-    tables.ensure(spark, path, rows.schema)
+    """Keep speed/<view> up to date from the raw_events stream: the view's stateful operators run in
+    Structured Streaming; each micro-batch's partial aggregates are merged into the table exactly once.
 
-    def upsert(batch: DataFrame, batch_id: int) -> None:
-        tables.upsert(batch, path, ("window_start", *view.keys))
+    A new checkpoint starts from the beginning of raw_events, so it starts an empty table too.
+    """
+    path, checkpoint = settings.table(f"speed/{view.name}"), view_checkpoint(settings, view.name)
+    app_id, fresh = _app_id(settings, checkpoint)
+    rows = compile.prepare(view, spark.readStream.format("delta").load(settings.table("raw_events")),
+                           view.watermark or settings.watermark)
 
-    return (rows.writeStream.queryName(view.name).outputMode("update").foreachBatch(upsert)
-            .option("checkpointLocation", str(view_checkpoint(settings, view.name)))
-            .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
+    def partial(batch: DataFrame) -> DataFrame:
+        current = {name: batch.sparkSession.read.format("delta").load(settings.table(name))
+                   for name in compile.dimension_tables(view)}
+        return compile.aggregate(view, compile.enrich(view, batch, current, as_of=False), exact=False)
+
+    schema = partial(spark.createDataFrame([], rows.schema)).schema
+    if fresh and DeltaTable.isDeltaTable(spark, path):
+        (spark.createDataFrame([], schema).write.format("delta").mode("overwrite")
+         .option("overwriteSchema", "true").save(path))
+    tables.ensure(spark, path, schema)
+    keys, updates = ("window_start", *view.keys), compile.merge_updates(view)
+
+    def merge(batch: DataFrame, batch_id: int) -> None:
+        tables.merge_once(partial(batch), path, keys, updates, app_id, batch_id)
+
+    return _start(rows, settings, view.name, checkpoint, merge)

@@ -16,6 +16,8 @@ from views import timebase
 pytest_plugins = ["tests.plugins.airflow_service"]
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter outlives pytest's streams
 
+#: The modules of views declared only in the test suite; every test deployment has them.
+EXTRA_VIEWS = ("tests.extra_view",)
 #: Days of history the end-to-end test produces before today; the DAG starts that many days ago.
 HISTORY_DAYS = 2
 
@@ -28,6 +30,7 @@ def deployment(tmp_path_factory) -> Settings:
     (home / "settings.json").write_text(json.dumps({
         "kafka_port": 19092, "kafka_controller_port": 19093, "airflow_port": 18080,
         "trigger_seconds": 2, "batch_start_date": first.isoformat(), "spark_driver_memory": "1g",
+        "view_modules": list(EXTRA_VIEWS),
     }))
     return config.load(home)
 

@@ -1,16 +1,25 @@
-"""An independent plain-Python computation of the views, from the records a producer sent.
+"""An independent plain-Python computation of every view, from the records a producer sent.
 
 It shares nothing with the Spark code but the event format: it parses the JSON itself, keeps the first
-sent copy of each event_id, and buckets by the window itself.
+sent copy of each event_id, and sessionizes, joins and buckets by the design's words, one view at a time.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Callable
 
 from infra.generator import Record
+
+HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _utc(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp).astimezone(timezone.utc)
 
 
 def events(records: list[Record]) -> list[dict]:
@@ -23,19 +32,135 @@ def events(records: list[Record]) -> list[dict]:
         if event["event_id"] in seen:
             continue
         seen.add(event["event_id"])
-        event["time"] = datetime.fromisoformat(event["event_time"]).astimezone(timezone.utc)
+        event["time"] = _utc(event["event_time"])
         result.append(event)
     return result
 
 
-def page_views_per_minute(records: list[Record]) -> dict[tuple, tuple[int, int]]:
-    """{(window_start, page): (views, unique_users)}."""
+def _floor(moment: datetime, size: timedelta) -> datetime:
+    return moment - (moment - EPOCH) % size
+
+
+def _changes(products: list[Record]) -> dict[str, list[tuple[datetime, int, str]]]:
+    """Per product, its changes as (time, position, category or "unknown" for a deletion)."""
+    changes = defaultdict(list)
+    for position, record in enumerate(products):
+        product = record.key.decode()
+        if record.value is None:
+            changes[product].append((record.send_at, position, "unknown"))
+        else:
+            change = json.loads(record.value)
+            changes[product].append((_utc(change["updated_at"]), position, change["category"]))
+    return changes
+
+
+def category_as_of(products: list[Record]) -> Callable[[dict], str]:
+    """An event's product category as of its time: the latest change at or before it."""
+    changes = _changes(products)
+
+    def category(event: dict) -> str:
+        valid = [c for c in changes.get(event["product_id"], []) if c[0] <= event["time"]]
+        return max(valid)[2] if valid else "unknown"
+    return category
+
+
+def latest_category(products: list[Record]) -> Callable[[dict], str]:
+    """An event's product category as the changelog ends, whatever the event's time."""
+    changes = _changes(products)
+    return lambda event: max(changes[event["product_id"]])[2] if changes.get(event["product_id"]) else "unknown"
+
+
+def _of(valid: list[dict], *types: str) -> list[dict]:
+    return [e for e in valid if e["event_type"] in types]
+
+
+def _page_views(valid: list[dict]) -> dict:
     views, users = defaultdict(int), defaultdict(set)
-    for event in events(records):
-        if event["event_type"] != "page_view":
-            continue
-        start = event["time"].replace(second=0, microsecond=0)
-        views[start, event["page"]] += 1
-        users[start, event["page"]].add(event["user_id"])
+    for event in _of(valid, "page_view"):
+        key = (_floor(event["time"], MINUTE), event["page"])
+        views[key] += 1
+        users[key].add(event["user_id"])
     return {key: (views[key], len(users[key])) for key in views}
 
+
+def _active_users(valid: list[dict]) -> dict:
+    users = defaultdict(set)
+    for event in valid:
+        users[(_floor(event["time"], HOUR),)].add(event["user_id"])
+    return {key: (len(found),) for key, found in users.items()}
+
+
+def _revenue(valid: list[dict], category: Callable[[dict], str]) -> dict:
+    totals = defaultdict(lambda: [0, 0, Decimal(0)])
+    for event in _of(valid, "purchase"):
+        total = totals[(_floor(event["time"], HOUR), category(event))]
+        total[0] += 1
+        total[1] += event["quantity"]
+        total[2] += Decimal(str(event["amount"]))
+    return {key: tuple(total) for key, total in totals.items()}
+
+
+def _search_ctr(valid: list[dict]) -> dict:
+    clicks = defaultdict(list)
+    for click in _of(valid, "click"):
+        clicks[click["session_id"], click["query"]].append(click["time"])
+    counts = defaultdict(lambda: [0, 0])
+    for search in _of(valid, "search"):
+        count = counts[(_floor(search["time"], HOUR), search["query"])]
+        count[0] += 1
+        count[1] += any(timedelta() <= t - search["time"] <= 30 * MINUTE
+                        for t in clicks[search["session_id"], search["query"]])
+    return {key: (searches, clicked, clicked / searches) for key, (searches, clicked) in counts.items()}
+
+
+def _sessions(valid: list[dict]) -> dict:
+    times = defaultdict(list)
+    for event in valid:
+        times[event["user_id"]].append(event["time"])
+    sessions = defaultdict(list)
+    for moments in times.values():
+        moments.sort()
+        first = last = moments[0]
+        count = 0
+        for moment in moments + [None]:
+            if moment is None or moment - last >= 30 * MINUTE:
+                sessions[(_floor(first, HOUR),)].append(((last - first).total_seconds(), count))
+                first, count = moment, 0
+            if moment is not None:
+                last, count = moment, count + 1
+    return {key: (len(found), sum(d for d, _ in found) / len(found), sum(n for _, n in found) / len(found))
+            for key, found in sessions.items()}
+
+
+def _trending(valid: list[dict]) -> dict:
+    totals = defaultdict(lambda: [0, Decimal(0)])
+    for event in _of(valid, "purchase"):
+        for back in range(10):
+            total = totals[(_floor(event["time"], MINUTE) - back * MINUTE, event["product_id"])]
+            total[0] += 1
+            total[1] += Decimal(str(event["amount"]))
+    return {key: tuple(total) for key, total in totals.items()}
+
+
+def _carts(valid: list[dict]) -> dict:
+    carts, users = defaultdict(int), defaultdict(set)
+    for event in _of(valid, "add_to_cart"):
+        key = (_floor(event["time"], HOUR), event["product_id"])
+        carts[key] += 1
+        users[key].add(event["user_id"])
+    return {key: (carts[key], len(users[key])) for key in carts}
+
+
+def views(records: list[Record], category: Callable[[dict], str] = category_as_of([])) -> dict[str, dict[tuple, tuple]]:
+    """Every view (and the test suite's own), by name: {(window_start, *keys): measures}, with
+    ``category`` giving a purchase's product category (default: none is known)."""
+    valid = events(records)
+    return {
+        "page_views_per_minute": _page_views(valid),
+        "active_users_hourly": _active_users(valid),
+        "revenue_by_category_hourly": _revenue(valid, category),
+        "search_ctr_hourly": _search_ctr(valid),
+        "sessions_hourly": _sessions(valid),
+        "trending_products": _trending(valid),
+        "carts_per_product_hourly": _carts(valid),
+    }

@@ -93,6 +93,14 @@ def _rules(typed: Column, text: Column, variant: Column, size: Column, now: Colu
     return rules
 
 
+def first_reason(rules: list[tuple[Column, Column]]) -> Column:
+    """The reason of the first (is_bad, reason) rule that holds; null if none does."""
+    reason = F.lit(None).cast("string")
+    for is_bad, why in reversed(rules):
+        reason = F.when(F.coalesce(is_bad, F.lit(False)), why).otherwise(reason)
+    return reason
+
+
 def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
     """Kafka records -> one row per record with the parsed event columns and ``reason`` (null if valid).
 
@@ -111,10 +119,8 @@ def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: in
         F.try_parse_json(payload).alias("variant"),
         F.length(F.col("value")).alias("size"),
     )
-    reason = F.lit(None).cast("string")
-    for is_bad, why in reversed(_rules(F.col("typed"), F.col("text"), F.col("variant"), F.col("size"),
-                                       F.col("ingested_at"), max_payload_bytes, future_horizon_seconds)):
-        reason = F.when(F.coalesce(is_bad, F.lit(False)), why).otherwise(reason)
+    reason = first_reason(_rules(F.col("typed"), F.col("text"), F.col("variant"), F.col("size"),
+                                 F.col("ingested_at"), max_payload_bytes, future_horizon_seconds))
     event_time = F.try_to_timestamp(F.col("text.event_time"))
     return df.select(
         *(F.col(f"typed.{c}").alias(c) for c in EVENT_COLUMNS if c != "event_time"),

@@ -1,13 +1,17 @@
-"""The vocabulary of a view declaration: windows and mergeable measures.
+"""The vocabulary of a view declaration: windows, joins, mergeable measures and expectations.
 
 A view is data, not code: the batch layer, the speed layer, the serving layer and ``lambdalake views``
-all read the same :class:`View` and none restates its logic.
+all read the same :class:`View` and none restates its logic (``views.compile`` turns it into Spark).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+
+
+def _spark(size: timedelta) -> str:
+    return f"{int(size.total_seconds())} seconds"
 
 
 @dataclass(frozen=True)
@@ -17,44 +21,145 @@ class Tumbling:
     size: timedelta
 
     @property
-    def spark(self) -> str:
-        return f"{int(self.size.total_seconds())} seconds"
+    def reach(self) -> timedelta:
+        """How far past the end of a run of whole days the events of its windows may lie (none: sizes
+        divide a day)."""
+        return timedelta()
+
+    def spark(self) -> tuple[str, ...]:
+        return (_spark(self.size),)
+
+    def __str__(self) -> str:
+        return f"tumbling {self.size}"
+
+
+@dataclass(frozen=True)
+class Hopping(Tumbling):
+    """Windows of ``size`` starting every ``slide``: an event is in ``size / slide`` of them."""
+
+    slide: timedelta = timedelta(minutes=1)
+
+    @property
+    def reach(self) -> timedelta:
+        return self.size
+
+    def spark(self) -> tuple[str, ...]:
+        return (_spark(self.size), _spark(self.slide))
+
+    def __str__(self) -> str:
+        return f"hopping {self.size} every {self.slide}"
+
+
+@dataclass(frozen=True)
+class Session:
+    """Sessions of one ``per`` value that go on while events come less than ``gap`` apart, counted in
+    the ``bucket`` window where they start. A session's rows are its start time (``event_time``),
+    ``duration_s`` and ``events``."""
+
+    gap: timedelta
+    per: str
+    bucket: Tumbling
+    #: How long a session may last for a batch run of a day to see all of it (read on both sides).
+    longest: timedelta = timedelta(days=1)
+
+    @property
+    def reach(self) -> timedelta:
+        return self.longest
+
+    def __str__(self) -> str:
+        return f"session (gap {self.gap}, per {self.per}) counted by start, {self.bucket}"
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """Join the dimension table ``table`` on ``key``, adding ``column`` (``default`` when there is no
+    row). Batch takes the row valid at the event's time; speed the latest it knows."""
+
+    table: str
+    key: str
+    column: str
+    default: str
+
+    def __str__(self) -> str:
+        return (f"{self.table}.{self.column} by {self.key} (batch: as of the event's time; speed: latest; "
+                f"else {self.default!r})")
+
+
+@dataclass(frozen=True)
+class FollowedBy:
+    """Flag each event ``flag`` when an ``event_type`` event with the same ``on`` values follows it
+    within ``within`` (0 <= its time - the event's time <= within)."""
+
+    event_type: str
+    on: tuple[str, ...]
+    within: timedelta
+    flag: str
+
+    def __str__(self) -> str:
+        return f"{self.flag}: followed by {self.event_type} with the same {', '.join(self.on)} within {self.within}"
 
 
 @dataclass(frozen=True)
 class Measure:
-    """A mergeable aggregate: ``count`` of events, or ``distinct`` values of ``column``.
+    """A mergeable aggregate of the view's rows.
 
-    ``distinct`` is exact in batch and a HyperLogLog sketch (kept beside the estimate as
-    ``<name>_sketch``) in speed.
+    ``count`` (rows; with ``column``: rows flagged by that FollowedBy flag), ``sum``, ``min``, ``max``,
+    ``mean`` (kept as sum and count), ``distinct`` (exact in batch, a HyperLogLog sketch in speed) and
+    ``ratio`` (of the measures ``column`` and ``over``, computed after merging).
     """
 
     name: str
     kind: str
     column: str | None = None
+    over: str | None = None
 
     @property
     def approximate_in_speed(self) -> bool:
         return self.kind == "distinct"
 
 
-def count(name: str) -> Measure:
-    return Measure(name, "count")
+def count(name: str, flagged: str | None = None) -> Measure:
+    return Measure(name, "count", flagged)
+
+
+def total(name: str, column: str) -> Measure:
+    return Measure(name, "sum", column)
+
+
+def minimum(name: str, column: str) -> Measure:
+    return Measure(name, "min", column)
+
+
+def maximum(name: str, column: str) -> Measure:
+    return Measure(name, "max", column)
+
+
+def mean(name: str, column: str) -> Measure:
+    return Measure(name, "mean", column)
 
 
 def distinct(name: str, column: str) -> Measure:
     return Measure(name, "distinct", column)
 
 
+def ratio(name: str, numerator: str, denominator: str) -> Measure:
+    return Measure(name, "ratio", numerator, denominator)
+
+
 @dataclass(frozen=True)
 class View:
+    """What a view computes, from which events, in which windows, per which keys."""
+
     name: str
     description: str
     event_types: tuple[str, ...]
-    window: Tumbling
+    window: Tumbling | Session
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
     event_time: str = "event_time"
+    joins: tuple[Dimension | FollowedBy, ...] = ()
+    #: SQL conditions every row must meet (data-quality expectations checked on each batch write).
+    expectations: tuple[str, ...] = ()
     #: How late an event may come and still count in speed (None: the deployment's default).
     watermark: str | None = None
 
@@ -62,3 +167,20 @@ class View:
     def columns(self) -> tuple[str, ...]:
         """The view table's columns, in order."""
         return ("window_start", "window_end", *self.keys, *(m.name for m in self.measures))
+
+    @property
+    def windows(self) -> Tumbling:
+        """The windows rows are counted in (for sessions: the bucket of their start)."""
+        return self.window.bucket if isinstance(self.window, Session) else self.window
+
+    @property
+    def reach(self) -> timedelta:
+        """How far past the end of a run of whole days the events of its windows may lie."""
+        follow = max((j.within for j in self.joins if isinstance(j, FollowedBy)), default=timedelta())
+        return self.window.reach + follow
+
+    @property
+    def lookback(self) -> timedelta:
+        """How far before the start of a run of whole days events may shape its windows (a session
+        that began earlier and goes on)."""
+        return self.window.longest if isinstance(self.window, Session) else timedelta()

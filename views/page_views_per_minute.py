@@ -11,4 +11,5 @@ VIEW = View(
     window=Tumbling(timedelta(minutes=1)),
     keys=("page",),
     measures=(count("views"), distinct("unique_users", "user_id")),
+    expectations=("views > 0", "unique_users BETWEEN 1 AND views"),
 )

@@ -1,5 +1,7 @@
-"""End to end on the real parts: Kafka -> speed layer -> raw_events/dead_letters and speed views;
-Airflow's scheduler runs batch_recompute for the past days; the merged view equals the oracle."""
+"""End to end on the real parts: Kafka (events and the products changelog) -> speed layer ->
+raw_events/dead_letters, the products dimension and the speed views; Airflow's scheduler runs
+batch_recompute for the past days; every view's merged rows equal the oracle, including the view
+declared only in the test suite."""
 
 from __future__ import annotations
 
@@ -9,33 +11,56 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra import generator, kafka, producer, services
+from infra import generator, kafka, processes, producer, services
 from serving_layer import engine
 from tests import oracle
 from tests.conftest import HISTORY_DAYS
-from views import timebase
+from tests.extra_view import VIEW as EXTRA
+from views import all_views, timebase
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
 SKETCH_ERROR = 3 * 1.04 / 64
+EXTRA_VIEW = EXTRA.name
 
 
-def _merged(settings) -> dict:
-    _, rows = engine.query(settings, "SELECT window_start, window_end, page, views, unique_users, source, "
-                                     "is_final FROM page_views_per_minute")
-    return {(timebase.utc(r[0]), r[2]): r for r in rows}
+def _merged(settings, name: str = "page_views_per_minute") -> dict:
+    """The merged view's rows by (window_start, *keys)."""
+    view = all_views(settings.view_modules)[name]
+    columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
+    rows = [dict(zip(columns, row)) for row in rows]
+    return {(timebase.utc(r["window_start"]), *(r[k] for k in view.keys)): r for r in rows}
+
+
+def _count(settings, table: str) -> int:
+    _, [(count,)] = engine.query(settings, f"SELECT count(*) FROM {table}")
+    return count
+
+
+def _measures(view, row: dict) -> tuple:
+    return tuple(row[m.name] for m in view.measures)
 
 
 def _settled(settings, views: dict, timeout: float = 90) -> dict:
-    """The merged view once its view counts equal ``views`` (the speed views may trail landing), or
-    as it is after ``timeout``."""
+    """The merged page views once its view counts equal ``views`` (the speed views may trail landing),
+    or as they are after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         merged = _merged(settings)
-        if {key: row[3] for key, row in merged.items()} == views or time.monotonic() > deadline:
+        if {key: row["views"] for key, row in merged.items()} == views or time.monotonic() > deadline:
             return merged
         time.sleep(2)
+
+
+def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: datetime) -> None:
+    """Every view's merged rows in [start, end) are final batch rows equal to the oracle."""
+    for name, view in all_views(settings.view_modules).items():
+        merged = {k: r for k, r in _merged(settings, name).items() if start <= k[0] < end}
+        assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
+        for key, row in merged.items():
+            assert (row["source"], row["is_final"]) == ("batch", True), (name, key)
+            assert _measures(view, row) == pytest.approx(expected[name][key], rel=1e-9), (name, key)
 
 
 def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service):
@@ -51,36 +76,39 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     kinds = generator.counts(records)
     assert kinds["late"] and kinds["duplicate"] and kinds["malformed"]
 
+    changes = generator.products(first, now, seed=3)
     services.start_speed(settings)
     try:
+        assert producer.send_products(settings, changes) == len(changes)
         assert producer.send(settings, records) == len(records)
         services.wait_for_landing(settings)
+        processes.wait_until(lambda: _count(settings, "product_changes") == len(changes), 120, "products landing")
 
         client = airflow_service.client
         client.unpause("batch_recompute")
         states = client.wait_for_runs("batch_recompute", HISTORY_DAYS, timeout=600)
         assert list(states.values()) == ["success"] * HISTORY_DAYS
-        assert engine.boundaries(settings)["page_views_per_minute"] == today
+        assert set(engine.boundaries(settings).values()) == {today}
 
-        expected = {k: v for k, v in oracle.page_views_per_minute(records).items() if k[0] >= first}
-        merged = _settled(settings, {key: views for key, (views, _) in expected.items()})
+        category = oracle.category_as_of(changes)
+        expected = oracle.views(records, category)
+        page_views = {k: v for k, v in expected["page_views_per_minute"].items() if k[0] >= first}
+        merged = _settled(settings, {key: views for key, (views, _) in page_views.items()})
         assert services.speed_health(settings)["error"] is None  # bad records did not stop it
     finally:
         services.stop_speed(settings)
 
-    assert set(merged) == set(expected)
-    for key, (start, end, page, views, users, source, is_final) in merged.items():
-        assert end - start == timedelta(minutes=1)
-        exact_views, exact_users = expected[key]
-        assert views == exact_views, key
-        if start < today:
-            assert (source, is_final, users) == ("batch", True, exact_users), key
-        else:
-            assert (source, is_final) == ("speed", False), key
-            assert abs(users - exact_users) <= max(1, SKETCH_ERROR * exact_users), key
-    assert {r[5] for r in merged.values()} == {"batch", "speed"}
+    _assert_batch_equals_oracle(settings, expected, first, today)
+    assert set(merged) == set(page_views)
+    for key, row in merged.items():
+        if key[0] >= today:
+            exact_views, exact_users = page_views[key]
+            assert (row["source"], row["is_final"], row["views"]) == ("speed", False, exact_views), key
+            assert abs(row["unique_users"] - exact_users) <= max(1, SKETCH_ERROR * exact_users), key
+    extra = {k for k, r in _merged(settings, EXTRA_VIEW).items() if r["source"] == "speed"}
+    assert extra == {k for k in expected[EXTRA_VIEW] if k[0] >= today}  # the test-only view, in speed too
 
-    records = records + _late_events_reach_the_merged_view(airflow_service, records, today)
+    records = records + _late_events_reach_the_merged_view(airflow_service, records, category, today)
 
     produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
     _, [(landed, dead, reasonless)] = engine.query(settings, (
@@ -90,7 +118,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     assert dead == kinds["malformed"] and reasonless == 0
 
 
-def _late_events_reach_the_merged_view(airflow_service, records: list, today: datetime) -> list:
+def _late_events_reach_the_merged_view(airflow_service, records: list, category, today: datetime) -> list:
     """Events for an already batched day, far behind the speed watermark: the speed layer counts them
     in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
     settings, client = airflow_service.settings, airflow_service.client
@@ -110,7 +138,5 @@ def _late_events_reach_the_merged_view(airflow_service, records: list, today: da
     client.unpause("late_data_recompute")
     run = client.trigger("late_data_recompute", datetime.now(timebase.UTC))
     client.wait_for_runs("late_data_recompute", [run], timeout=600)
-    expected = {k: v for k, v in oracle.page_views_per_minute(records + late).items() if yesterday <= k[0] < today}
-    merged = {k: (r[3], r[4]) for k, r in _merged(settings).items() if yesterday <= k[0] < today}
-    assert merged == expected
+    _assert_batch_equals_oracle(settings, oracle.views(records + late, category), yesterday, today)
     return late

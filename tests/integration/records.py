@@ -6,13 +6,18 @@ from infra.generator import Record
 from views import events
 
 
-def kafka_frame(spark, records: list[Record], partitions: int = 3):
-    """A DataFrame of Kafka records: ``records`` spread over ``partitions`` by position, offsets in order."""
+def kafka_rows(records: list[Record], topic: str = "events", partitions: int = 3) -> list[tuple]:
+    """Kafka record tuples (events.KAFKA_RECORD): spread over ``partitions`` by position, offsets in order."""
     offsets = [0] * partitions
     rows = []
     for i, record in enumerate(records):
         partition = i % partitions
-        rows.append((record.key, record.value, "events", partition, offsets[partition],
+        rows.append((record.key, record.value, topic, partition, offsets[partition],
                      record.send_at.replace(tzinfo=None), 0))
         offsets[partition] += 1
-    return spark.createDataFrame(rows, events.KAFKA_RECORD)
+    return rows
+
+
+def kafka_frame(spark, records: list[Record], topic: str = "events", partitions: int = 3):
+    """A DataFrame of Kafka records (see :func:`kafka_rows`)."""
+    return spark.createDataFrame(kafka_rows(records, topic, partitions), events.KAFKA_RECORD)

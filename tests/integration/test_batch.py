@@ -37,7 +37,7 @@ def _batch_rows(spark, tables) -> dict:
 
 
 def test_batch_day_equals_oracle_and_rerun_converges(spark, tables, landed):
-    expected = {k: v for k, v in oracle.page_views_per_minute(landed).items()
+    expected = {k: v for k, v in oracle.views(landed)[VIEW.name].items()
                 if DAY <= k[0] < DAY + timedelta(days=1)}
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
@@ -49,7 +49,7 @@ def test_batch_day_equals_oracle_and_rerun_converges(spark, tables, landed):
 
 
 def test_recompute_replaces_only_its_day(spark, tables, landed):
-    everything = oracle.page_views_per_minute(landed)
+    everything = oracle.views(landed)[VIEW.name]
     before, day = DAY - timedelta(days=1), timedelta(days=1)
     recompute_view(spark, tables, VIEW, before, DAY)
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + day)

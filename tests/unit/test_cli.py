@@ -40,11 +40,28 @@ def test_query_formats(tmp_path):
 def test_views_lists_every_declared_view(tmp_path):
     from views import all_views
 
-    listing = json.loads(run(tmp_path, "views", "--json").stdout)
-    assert [v["name"] for v in listing] == list(all_views())
-    pvpm = listing[0]
+    listing = {v["name"]: v for v in json.loads(run(tmp_path, "views", "--json").stdout)}
+    assert list(listing) == list(all_views()) and len(listing) == 6
+    pvpm = listing["page_views_per_minute"]
     assert pvpm["approximate_in_speed"] == ["unique_users"] and pvpm["keys"] == ["page"]
-    assert pvpm["boundary"].startswith("1970-01-01")
+    assert pvpm["boundary"].startswith("1970-01-01") and pvpm["speed_only_columns"] == ["unique_users_sketch"]
+    assert listing["trending_products"]["window"] == "hopping 0:10:00 every 0:01:00"
+    assert listing["sessions_hourly"]["speed_only_columns"] == [
+        "avg_duration_s_sum", "avg_duration_s_count", "avg_events_sum", "avg_events_count"]
+    assert "products.category by product_id" in listing["revenue_by_category_hourly"]["joins"][0]
+
+
+def test_a_view_declared_outside_the_package_is_listed(tmp_path):
+    (tmp_path / "settings.json").write_text('{"view_modules": ["tests.extra_view"]}')
+    listing = {v["name"]: v for v in json.loads(run(tmp_path, "views", "--json").stdout)}
+    assert listing["carts_per_product_hourly"]["measures"] == ["carts", "shoppers"]
+    assert "carts_per_product_hourly" in run(tmp_path, "views").stdout
+
+
+def test_a_view_module_without_a_view_is_reported(tmp_path):
+    (tmp_path / "settings.json").write_text('{"view_modules": ["tests.oracle"]}')
+    done = run(tmp_path, "views")
+    assert done.returncode == 1 and "module tests.oracle (setting view_modules) declares no VIEW" in done.stderr
 
 
 def test_unknown_setting_is_reported(tmp_path):

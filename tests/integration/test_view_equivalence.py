@@ -1,0 +1,205 @@
+"""Every view, computed three ways from one messy event set, against the independent oracle
+(tests/oracle.py): out-of-order, late, resent and malformed events, with products changing mid-stream.
+
+a. the batch path (the batch layer's recompute, day by day) equals the oracle exactly;
+b. the streaming path (the speed layer's own queries in real Structured Streaming over raw_events,
+   fed in micro-batches) equals the oracle of what it could see, for every window its watermark closed:
+   events behind the watermark are left to batch, the category is the latest the speed layer knew,
+   and distinct counts are within the sketch's error;
+c. the merged view, with the boundary at a seeded random day, equals batch before it and speed from it,
+   and equals the oracle exactly once batch has run for every day.
+
+Each seed draws its own days, events, product changes, micro-batch cuts and boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from batch_layer.recompute import recompute_view
+from infra import generator
+from infra.generator import Mix, Record
+from infra.settings import load
+from serving_layer import engine
+from speed_layer import queries
+from tests import oracle
+from tests.conftest import EXTRA_VIEWS
+from tests.integration.records import kafka_rows
+from views import all_views, events, products, timebase
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SEEDS = (5, 8)
+#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
+SKETCH_ERROR = 3 * 1.04 / 64
+FLUSH_AFTER = timedelta(hours=2)
+
+
+@dataclass
+class Run:
+    views: dict
+    expected: dict        # the oracle on everything, batch semantics
+    seen_by_speed: dict   # the oracle on what the speed layer could see, speed semantics
+    closed: datetime      # the watermark every compared speed window ended before
+    boundary: datetime
+    speed: dict           # view -> rows of the speed table
+    merged: dict          # view -> rows of the merged view, batch run before the boundary
+    final: dict           # view -> rows of the merged view, batch run for every day
+
+
+def _flush(at: datetime) -> Record:
+    """A page view far ahead of the data: it moves the watermark past every window of interest."""
+    event = {"event_id": f"flush-{at:%H%M}", "event_type": "page_view", "user_id": "flusher",
+             "session_id": "flush", "page": "/", "event_time": at.isoformat().replace("+00:00", "Z")}
+    return Record(at, b"flusher", json.dumps(event).encode(), "valid")
+
+
+def _time(record: Record) -> datetime | None:
+    try:
+        return datetime.fromisoformat(json.loads(record.value)["event_time"]).astimezone(timebase.UTC)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _rows(view, table: list[dict]) -> dict:
+    """Rows by (window_start, *keys), their window bounds as aware UTC datetimes."""
+    rows = [{**r, "window_start": timebase.utc(r["window_start"]), "window_end": timebase.utc(r["window_end"])}
+            for r in table]
+    return {(r["window_start"], *(r[k] for k in view.keys)): r for r in rows}
+
+
+def _speed_run(spark, settings, views, records, changes, cuts, watermark):
+    """Feed raw_events in micro-batches (products landed up to each one's first send time) to the speed
+    views; return the speed tables, the oracle input the speed layer could see and its categories."""
+    spark_rows = kafka_rows(records)
+    changes_rows = kafka_rows(changes, topic=settings.products_topic, partitions=1)
+    queries.ensure_tables(spark, settings)
+    running = [queries.start_view(spark, settings, view) for view in views.values()]
+    seen, category_of, newest = [], {}, None
+    try:
+        for first, last in zip(cuts, cuts[1:]):
+            known = [c for c in changes if c.send_at < records[first].send_at]
+            parsed = products.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD))
+            products.dimension(products.changes(parsed)).write.format("delta").mode("overwrite").save(
+                settings.table("products"))
+            latest = oracle.latest_category(known)
+            mark = newest - watermark if newest else None
+            for record in records[first:last]:
+                when = _time(record) if record.kind != "malformed" else None
+                if when is None:
+                    continue
+                if mark is None or when > mark:
+                    seen.append(record)
+                    category_of.setdefault(json.loads(record.value)["event_id"], latest)
+                newest = max(newest or when, when)
+            batch = events.landed(events.parse(spark.createDataFrame(spark_rows[first:last], events.KAFKA_RECORD),
+                                               settings.max_payload_bytes, 10**9))
+            batch.write.format("delta").mode("append").partitionBy("event_date").save(settings.table("raw_events"))
+            for query in running:
+                query.processAllAvailable()
+    finally:
+        for query in running:
+            query.stop()
+    speed = {name: [r.asDict() for r in spark.read.format("delta").load(settings.table(f"speed/{name}")).collect()]
+             for name in views}
+    return speed, seen, lambda event: category_of[event["event_id"]](event)
+
+
+def _merged(settings, views) -> dict:
+    result = {}
+    for name in views:
+        columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
+        result[name] = [dict(zip(columns, row)) for row in rows]
+    return result
+
+
+@pytest.fixture(scope="module", params=SEEDS, ids=lambda seed: f"seed{seed}")
+def run(request, spark, deployment, tmp_path_factory) -> Run:
+    rng = random.Random(request.param)
+    home = tmp_path_factory.mktemp(f"equivalence-{request.param}")
+    (home / "settings.json").write_text((deployment.home / "settings.json").read_text())
+    settings = load(home)
+    views = all_views(settings.view_modules)
+    start = timebase.day_start(datetime(2026, 3, 1).date() + timedelta(days=rng.randrange(200)))
+    end = start + timedelta(days=2)
+    records = generator.generate(start, end, 1600, seed=request.param,
+                                 mix=Mix(late=0.04, duplicate=0.05, malformed=0.03))
+    records += [_flush(end + FLUSH_AFTER), _flush(end + FLUSH_AFTER + timedelta(minutes=1))]
+    changes = generator.products(start, end, seed=request.param)
+    cuts = [0, *sorted(rng.sample(range(1, len(records) - 2), 3)), len(records) - 2, len(records) - 1, len(records)]
+    watermark = timedelta(minutes=10)
+    assert settings.watermark == "10 minutes"
+
+    speed, seen, speed_category = _speed_run(spark, settings, views, records, changes, cuts, watermark)
+
+    first_day = start - timedelta(days=1)  # late events may belong to the day before
+    boundary = start + timedelta(days=rng.choice((1, 2)))
+    for view in views.values():
+        recompute_view(spark, settings, view, first_day, boundary)
+    merged = _merged(settings, views)
+    last_day = timebase.day_start((end + FLUSH_AFTER).date()) + timedelta(days=1)
+    for view in views.values():
+        recompute_view(spark, settings, view, boundary, last_day)
+    return Run(views=views, expected=oracle.views(records, oracle.category_as_of(changes)),
+               seen_by_speed=oracle.views(seen, speed_category), closed=end + FLUSH_AFTER - watermark,
+               boundary=boundary, speed=speed, merged=merged, final=_merged(settings, views))
+
+
+def _values(view, row: dict) -> tuple:
+    return tuple(row[m.name] for m in view.measures)
+
+
+def _assert_equal(view, actual: tuple, expected: tuple, key, approximate: bool) -> None:
+    for measure, got, want in zip(view.measures, actual, expected):
+        if approximate and measure.approximate_in_speed:
+            assert abs(got - want) <= max(1, SKETCH_ERROR * want), (view.name, key, measure.name)
+        elif isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-9), (view.name, key, measure.name)
+        else:
+            assert got == want, (view.name, key, measure.name)
+
+
+NAMES = list(all_views(EXTRA_VIEWS))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_equals_oracle(run, name):
+    view = run.views[name]
+    rows = _rows(view, run.final[name])
+    assert set(rows) == set(run.expected[name])
+    for key, row in rows.items():
+        assert (row["source"], row["is_final"]) == ("batch", True)
+        assert row["window_end"] - row["window_start"] == view.windows.size, key
+        _assert_equal(view, _values(view, row), run.expected[name][key], key, approximate=False)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_speed_equals_oracle_for_closed_windows(run, name):
+    view = run.views[name]
+    closed = {k: v for k, v in _rows(view, run.speed[name]).items() if v["window_end"] <= run.closed}
+    expected = {k: v for k, v in run.seen_by_speed[name].items() if k[0] + view.windows.size <= run.closed}
+    assert set(closed) == set(expected)
+    for key, row in closed.items():
+        _assert_equal(view, _values(view, row), expected[key], key, approximate=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name):
+    view = run.views[name]
+    rows = _rows(view, run.merged[name])
+    batch = {k: v for k, v in rows.items() if k[0] < run.boundary}
+    assert set(batch) == {k for k in run.expected[name] if k[0] < run.boundary}
+    for key, row in batch.items():
+        assert (row["source"], row["is_final"]) == ("batch", True)
+        _assert_equal(view, _values(view, row), run.expected[name][key], key, approximate=False)
+    speed = {k: v for k, v in rows.items() if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
+    assert set(speed) == {k for k in run.seen_by_speed[name]
+                          if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
+    for key, row in speed.items():
+        assert (row["source"], row["is_final"]) == ("speed", False)
+        _assert_equal(view, _values(view, row), run.seen_by_speed[name][key], key, approximate=True)

@@ -1,0 +1,16 @@
+"""Distinct users per hour, over events of every type (exact in batch, a sketch in speed)."""
+
+from datetime import timedelta
+
+from views.events import EVENT_TYPES
+from views.model import Tumbling, View, distinct
+
+VIEW = View(
+    name="active_users_hourly",
+    description=__doc__,
+    event_types=EVENT_TYPES,
+    window=Tumbling(timedelta(hours=1)),
+    keys=(),
+    measures=(distinct("active_users", "user_id"),),
+    expectations=("active_users > 0",),
+)
