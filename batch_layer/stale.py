@@ -8,6 +8,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
+from views import all_views
 
 
 def _rows(settings: Settings, table: str, columns: list[str]) -> list[dict]:
@@ -18,11 +19,19 @@ def _rows(settings: Settings, table: str, columns: list[str]) -> list[dict]:
 
 
 def stale_days(settings: Settings) -> list[date]:
-    """Days already in the batch ledger that received late events since they were computed."""
+    """Days already in the batch ledger whose windows late events that arrived since they were computed
+    can change (for a view whose windows reach across midnight, the neighbouring days too)."""
+    views = all_views(settings.view_modules)
     computed: dict[tuple, object] = {}
     for row in _rows(settings, "serving_state", ["view", "day", "computed_at"]):
         key = (row["view"], row["day"])
         computed[key] = max(computed.get(key, row["computed_at"]), row["computed_at"])
-    return sorted({row["day"] for row in _rows(settings, "late_events", ["view", "day", "received_at"])
-                   if (row["view"], row["day"]) in computed
-                   and row["received_at"] > computed[row["view"], row["day"]]})
+    stale = set()
+    for row in _rows(settings, "late_events", ["view", "day", "received_at"]):
+        if row["view"] not in views:
+            continue  # a view since removed
+        for day in views[row["view"]].days_affected(row["day"]):
+            done = computed.get((row["view"], day))
+            if done is not None and row["received_at"] > done:
+                stale.add(day)
+    return sorted(stale)

@@ -12,7 +12,7 @@ from infra import airflow, generator, kafka, producer, services
 from infra import settings as config
 from infra.settings import Settings
 from serving_layer import engine
-from views import timebase
+from views import all_views, timebase
 
 DAG = "batch_recompute"
 PER_DAY = 3000
@@ -37,7 +37,7 @@ def run_batch(settings: Settings, say) -> dict[str, str]:
 
 
 def report(settings: Settings) -> str:
-    """The merged view's latest rows, the boundary, lag and counts."""
+    """Every view's rows per source and its boundary, a few merged rows, lag and counts."""
     lines = []
 
     def table(sql: str) -> None:
@@ -46,25 +46,32 @@ def report(settings: Settings) -> str:
         columns, rows = engine.query(settings, sql)
         lines.append(tabulate(rows, headers=columns))
 
+    bounds = engine.boundaries(settings)
+    lines.append("\n== every view: rows per source (batch: final, before the boundary; speed: provisional) ==")
+    table(" UNION ALL ".join(
+        f"SELECT '{name}' AS view, TIMESTAMPTZ '{bounds[name].isoformat()}' AS boundary, "
+        f"count(*) FILTER (WHERE source = 'batch') AS batch_rows, count(*) FILTER (WHERE source = 'speed') "
+        f"AS speed_rows, max(window_start) AS latest_window FROM \"{name}\"" for name in all_views(settings.view_modules)))
     view = "page_views_per_minute"
     lines.append(f"\n== {view}: the latest speed rows and the last batch rows before the boundary ==")
     table(f"(SELECT * FROM {view} WHERE source = 'speed' ORDER BY window_start DESC, page LIMIT 5) UNION ALL "
           f"(SELECT * FROM {view} WHERE source = 'batch' ORDER BY window_start DESC, page LIMIT 5) "
           f"ORDER BY window_start DESC, page")
-    lines.append("\n== rows per source ==")
-    table(f"SELECT source, count(*) AS windows, sum(views) AS views, min(window_start) AS first, "
-          f"max(window_start) AS last FROM {view} GROUP BY source ORDER BY source")
+    lines.append("\n== revenue_by_category_hourly: yesterday, by the category each product had when bought ==")
+    table("SELECT category, sum(orders) AS orders, sum(items) AS items, sum(revenue) AS revenue "
+          "FROM revenue_by_category_hourly WHERE window_start >= current_date - 1 AND window_start < current_date "
+          "GROUP BY category ORDER BY revenue DESC")
     health = services.speed_health(settings) or {}
     produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
     _, [(landed, dead)] = engine.query(
         settings, "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters)")
     lines += [
-        f"\nboundary ({view}): {engine.boundaries(settings)[view].isoformat()}",
-        f"speed layer lag: {health.get('lag')} records",
+        f"\nspeed layer lag: {health.get('lag')} records",
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
         f"{'' if produced == landed + dead else ' (still landing)'}",
         f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user} / {settings.airflow_password}",
-        "Query more: .venv/bin/lambdalake query \"SELECT * FROM page_views_per_minute LIMIT 10\"",
+        "Query more: .venv/bin/lambdalake query \"SELECT * FROM search_ctr_hourly ORDER BY window_start DESC LIMIT 10\"",
+        "List the views: .venv/bin/lambdalake views",
         "The services keep running; stop them with `.venv/bin/lambdalake down` (add --purge to delete the data).",
     ]
     return "\n".join(lines)
@@ -75,6 +82,8 @@ def main() -> int:
     settings = services.up(config.load(), say)
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     now = datetime.now(timebase.UTC)
+    changes = generator.products(first, now, seed=int(now.timestamp()))
+    say(f"producing the products changelog: {producer.send_products(settings, changes)} changes")
     history = generator.generate(first, now, PER_DAY * max(1, (now - first).days), seed=int(now.timestamp()))
     say(f"producing history since {first:%Y-%m-%d}: {generator.counts(history)}")
     producer.send(settings, history)

@@ -6,8 +6,11 @@ all read the same :class:`View` and none restates its logic (``views.compile`` t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
+
+DAY = timedelta(days=1)
 
 
 def _spark(size: timedelta) -> str:
@@ -178,6 +181,12 @@ class View:
         """How far past the end of a run of whole days the events of its windows may lie."""
         follow = max((j.within for j in self.joins if isinstance(j, FollowedBy)), default=timedelta())
         return self.window.reach + follow
+
+    def days_affected(self, day: date) -> list[date]:
+        """The UTC days whose windows an event on ``day`` can change: its own, and the days before
+        (and after) it that the view's windows reach."""
+        before, after = math.ceil(self.reach / DAY), math.ceil(self.lookback / DAY)
+        return [day + i * DAY for i in range(-before, after + 1)]
 
     @property
     def lookback(self) -> timedelta:
