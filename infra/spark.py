@@ -35,14 +35,16 @@ def session(settings: Settings, app_name: str, master: str = "local[2]"):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", str(tmp))
         .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "4")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.databricks.delta.optimizeWrite.enabled", "true")
         .config("spark.databricks.delta.autoCompact.enabled", "true")
         .config("spark.databricks.delta.autoCompact.minNumFiles", "25")
         .config("spark.sql.streaming.stateStore.providerClass",
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")
         .getOrCreate()
     )

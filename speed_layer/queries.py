@@ -153,6 +153,9 @@ def start_view(spark: SparkSession, settings: Settings, view: View) -> Streaming
     keys, updates = ("window_start", *view.keys), compile.merge_updates(view)
 
     def merge(batch: DataFrame, batch_id: int) -> None:
-        tables.merge_once(partial(batch), path, keys, updates, app_id, batch_id)
+        rows = partial(batch).persist()  # evaluated once: the stateful operators run once per micro-batch
+        if not rows.isEmpty():  # e.g. a micro-batch that only moved the watermark: skip a Delta commit
+            tables.merge_once(rows, path, keys, updates, app_id, batch_id)
+        rows.unpersist()
 
     return _start(rows, settings, view.name, checkpoint, merge)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from views.model import Dimension, FollowedBy, Measure, Session, View
+from views.model import Dimension, FollowedBy, Measure, Session, View, interval
 
 #: Order in which copies of an event were received; the first one counts.
 RECEIPT_ORDER = ("ingested_at", "kafka_timestamp", "partition", "offset")
@@ -58,7 +58,7 @@ def _followed(view: View, rows: DataFrame, events: DataFrame, join: FollowedBy) 
     later = events.where(F.col("event_type") == join.event_type).alias("later")
     condition = [F.col(f"row.{c}") == F.col(f"later.{c}") for c in join.on] + [
         F.col(f"later.{time}") >= F.col(f"row.{time}"),
-        F.col(f"later.{time}") <= F.col(f"row.{time}") + F.expr(f"INTERVAL {int(join.within.total_seconds())} SECONDS"),
+        F.col(f"later.{time}") <= F.col(f"row.{time}") + F.expr(f"INTERVAL {interval(join.within)}"),
     ]
     followed = rows.alias("row").join(later, condition, "left_semi").withColumn(ROLE, F.lit(join.flag))
     return rows.unionByName(followed)
@@ -67,7 +67,7 @@ def _followed(view: View, rows: DataFrame, events: DataFrame, join: FollowedBy) 
 def _sessions(view: View, rows: DataFrame) -> DataFrame:
     """One row per session: its start (as the event time), duration_s and events."""
     window, time = view.window, F.col(view.event_time)
-    sessions = rows.groupBy(F.session_window(time, f"{int(window.gap.total_seconds())} seconds"), window.per).agg(
+    sessions = rows.groupBy(F.session_window(time, interval(window.gap)), window.per).agg(
         F.min(time).alias("start"), F.max(time).alias("last"), F.count(F.lit(1)).alias("events"))
     return sessions.select(
         F.col("start").alias(view.event_time), window.per,

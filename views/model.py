@@ -13,7 +13,8 @@ from datetime import date, timedelta
 DAY = timedelta(days=1)
 
 
-def _spark(size: timedelta) -> str:
+def interval(size: timedelta) -> str:
+    """``size`` as Spark writes an interval: ``"600 seconds"``."""
     return f"{int(size.total_seconds())} seconds"
 
 
@@ -30,7 +31,7 @@ class Tumbling:
         return timedelta()
 
     def spark(self) -> tuple[str, ...]:
-        return (_spark(self.size),)
+        return (interval(self.size),)
 
     def __str__(self) -> str:
         return f"tumbling {self.size}"
@@ -47,7 +48,7 @@ class Hopping(Tumbling):
         return self.size
 
     def spark(self) -> tuple[str, ...]:
-        return (_spark(self.size), _spark(self.slide))
+        return (interval(self.size), interval(self.slide))
 
     def __str__(self) -> str:
         return f"hopping {self.size} every {self.slide}"

@@ -42,7 +42,7 @@ def _measures(view, row: dict) -> tuple:
     return tuple(row[m.name] for m in view.measures)
 
 
-def _settled(settings, views: dict, timeout: float = 90) -> dict:
+def _settled(settings, views: dict, timeout: float = 300) -> dict:
     """The merged page views once its view counts equal ``views`` (the speed views may trail landing),
     or as they are after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 import pytest
 
-from batch_layer.recompute import recompute_view
+from batch_layer.recompute import ExpectationFailed, recompute_view
 from infra.generator import Mix, generate
 from tests import oracle
 from tests.integration.records import kafka_frame
@@ -73,3 +74,12 @@ def test_interval_must_be_whole_days(spark, tables, landed):
     with pytest.raises(ValueError, match="whole UTC days"):
         recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(hours=5))
     assert not (tables.data / "batch").exists()
+
+
+def test_a_broken_expectation_writes_nothing(spark, tables, landed):
+    recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
+    before = _batch_rows(spark, tables)
+    strict = dataclasses.replace(VIEW, expectations=("views > 0", "views > 1000"))
+    with pytest.raises(ExpectationFailed, match=r"'views > 1000' fails for \d+ rows; its batch table was left"):
+        recompute_view(spark, tables, strict, DAY - timedelta(days=1), DAY + timedelta(days=1))
+    assert _batch_rows(spark, tables) == before
