@@ -3,7 +3,6 @@ products dimension, and raw_events -> speed views."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -13,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from infra import delta as tables
 from infra.settings import Settings
-from speed_layer import late_events
+from speed_layer import late_events, resume
 from views import all_views, compile, events, products
 from views.model import View
 
@@ -90,25 +89,11 @@ def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str
                   settings.checkpoints / LANDING, land)
 
 
-def _app_id(settings: Settings, checkpoint: Path) -> tuple[str, bool]:
-    """The Delta txnAppId of the query checkpointed at ``checkpoint``, and whether it is new.
-
-    It is kept beside the checkpoint, so a new checkpoint (whose batch ids restart at 0) gets a new
-    one and Delta's idempotent writes never mistake its batches for old ones.
-    """
-    app_file = checkpoint.with_name(checkpoint.name + ".app-id")
-    if (checkpoint / "offsets").is_dir() and app_file.exists():
-        return app_file.read_text().strip(), False
-    app_file.parent.mkdir(parents=True, exist_ok=True)
-    app_file.write_text(f"{checkpoint.name}-{uuid.uuid4().hex[:12]}\n")
-    return app_file.read_text().strip(), True
-
-
 def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Land the products changelog exactly once in product_changes (bad records in dead_letters) and
     rebuild the products dimension from it after each micro-batch with changes."""
     checkpoint = settings.checkpoints / PRODUCTS
-    app_id, _ = _app_id(settings, checkpoint)
+    app_id, _ = resume.app_id(checkpoint)
     changelog, dimension = settings.table("product_changes"), settings.table("products")
 
     def land(records: DataFrame, batch_id: int) -> None:
@@ -136,7 +121,7 @@ def start_view(spark: SparkSession, settings: Settings, view: View) -> Streaming
     A new checkpoint starts from the beginning of raw_events, so it starts an empty table too.
     """
     path, checkpoint = settings.table(f"speed/{view.name}"), view_checkpoint(settings, view.name)
-    app_id, fresh = _app_id(settings, checkpoint)
+    app_id, fresh = resume.app_id(checkpoint)
     rows = compile.prepare(view, spark.readStream.format("delta").load(settings.table("raw_events")),
                            view.watermark or settings.watermark)
 

@@ -47,16 +47,27 @@ def landed_offsets(settings: Settings) -> dict[int, int]:
     return highest
 
 
+def app_id(checkpoint: Path) -> tuple[str, bool]:
+    """The Delta txnAppId of the query checkpointed at ``checkpoint``, and whether it is new.
+
+    It is kept beside the checkpoint, so a new checkpoint (whose batch ids restart at 0) gets a new
+    one and Delta's idempotent writes never mistake its batches for old ones.
+    """
+    app_file = checkpoint.with_name(checkpoint.name + ".app-id")
+    if (checkpoint / "offsets").is_dir() and app_file.exists():
+        return app_file.read_text().strip(), False
+    app_file.parent.mkdir(parents=True, exist_ok=True)
+    app_file.write_text(f"{checkpoint.name}-{uuid.uuid4().hex[:12]}\n")
+    return app_file.read_text().strip(), True
+
+
 def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str]:
     """The landing query's (txnAppId, startingOffsets JSON): each partition resumes after its highest
-    landed offset, or at the oldest Kafka still holds if that is later.
-
-    The app id is kept beside the checkpoint, so a new checkpoint (whose batch ids restart at 0) gets
-    a new one and Delta's idempotent writes never mistake its batches for old ones.
-    """
-    checkpoint, app_file = _checkpoint(settings), settings.checkpoints / "landing.app-id"
-    if (checkpoint / "offsets").is_dir() and app_file.exists():
-        return app_file.read_text().strip(), "earliest"
+    landed offset, or at the oldest Kafka still holds if that is later."""
+    checkpoint = _checkpoint(settings)
+    app, fresh = app_id(checkpoint)
+    if not fresh:
+        return app, "earliest"
     landed = landed_offsets(settings)
     if landed and not resume_from_tables:
         where = ", ".join(f"{settings.events_topic}-{p} up to offset {o}" for p, o in sorted(landed.items()))
@@ -65,11 +76,8 @@ def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str
             f"restarting from Kafka's earliest offsets would land them twice. Ways out: restore the "
             f"checkpoint folder, or run `lambdalake speed start --resume-from-tables` to go on after the "
             f"highest offset landed in each partition")
-    app_id = f"landing-{uuid.uuid4().hex[:12]}"
-    settings.checkpoints.mkdir(parents=True, exist_ok=True)
-    app_file.write_text(app_id + "\n")
     if not landed:
-        return app_id, "earliest"
+        return app, "earliest"
     oldest = kafka.beginning_offsets(settings, settings.events_topic)
     offsets = {str(p): max(landed[p] + 1, first) if p in landed else EARLIEST for p, first in oldest.items()}
-    return app_id, json.dumps({settings.events_topic: offsets})
+    return app, json.dumps({settings.events_topic: offsets})

@@ -167,6 +167,18 @@ class View:
     #: How late an event may come and still count in speed (None: the deployment's default).
     watermark: str | None = None
 
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.measures]
+        flags = {j.flag for j in self.joins if isinstance(j, FollowedBy)}
+        problems = [f"measure {n} is declared twice" for n in sorted(set(names)) if names.count(n) > 1]
+        for m in self.measures:
+            if m.kind == "ratio" and not {m.column, m.over} <= set(names):
+                problems.append(f"ratio {m.name} divides {m.column} by {m.over}, which must both be measures")
+            if m.kind == "count" and m.column and m.column not in flags:
+                problems.append(f"count {m.name} counts rows flagged {m.column}, but no FollowedBy join sets it")
+        if problems:
+            raise ValueError(f"view {self.name}: {'; '.join(problems)}")
+
     @property
     def columns(self) -> tuple[str, ...]:
         """The view table's columns, in order."""

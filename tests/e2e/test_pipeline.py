@@ -14,32 +14,23 @@ import pytest
 from infra import generator, kafka, processes, producer, services
 from serving_layer import engine
 from tests import oracle
+from tests.compare import assert_measures, merged_rows, within_sketch_error
 from tests.conftest import HISTORY_DAYS
 from tests.extra_view import VIEW as EXTRA
 from views import all_views, timebase
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
-SKETCH_ERROR = 3 * 1.04 / 64
 EXTRA_VIEW = EXTRA.name
 
 
 def _merged(settings, name: str = "page_views_per_minute") -> dict:
-    """The merged view's rows by (window_start, *keys)."""
-    view = all_views(settings.view_modules)[name]
-    columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
-    rows = [dict(zip(columns, row)) for row in rows]
-    return {(timebase.utc(r["window_start"]), *(r[k] for k in view.keys)): r for r in rows}
+    return merged_rows(settings, all_views(settings.view_modules)[name])
 
 
 def _count(settings, table: str) -> int:
     _, [(count,)] = engine.query(settings, f"SELECT count(*) FROM {table}")
     return count
-
-
-def _measures(view, row: dict) -> tuple:
-    return tuple(row[m.name] for m in view.measures)
 
 
 def _settled(settings, views: dict, timeout: float = 300) -> dict:
@@ -60,7 +51,7 @@ def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: 
         assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
         for key, row in merged.items():
             assert (row["source"], row["is_final"]) == ("batch", True), (name, key)
-            assert _measures(view, row) == pytest.approx(expected[name][key], rel=1e-9), (name, key)
+            assert_measures(view, row, expected[name][key], key)
 
 
 def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service):
@@ -104,7 +95,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         if key[0] >= today:
             exact_views, exact_users = page_views[key]
             assert (row["source"], row["is_final"], row["views"]) == ("speed", False, exact_views), key
-            assert abs(row["unique_users"] - exact_users) <= max(1, SKETCH_ERROR * exact_users), key
+            assert within_sketch_error(row["unique_users"], exact_users), key
     extra = {k for k, r in _merged(settings, EXTRA_VIEW).items() if r["source"] == "speed"}
     assert extra == {k for k in expected[EXTRA_VIEW] if k[0] >= today}  # the test-only view, in speed too
 

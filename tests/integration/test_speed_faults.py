@@ -19,12 +19,11 @@ from infra import generator, kafka, processes, producer, services
 from infra.settings import load
 from serving_layer import engine
 from tests import oracle
+from tests.compare import within_sketch_error
 from views import timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
-SKETCH_ERROR = 3 * 1.04 / 64
 
 
 @pytest.fixture
@@ -77,7 +76,7 @@ def _assert_speed_view_equals_oracle(settings, records, timeout: float = 180) ->
         time.sleep(3)
     assert views == {k: v[0] for k, v in expected.items()}
     for key, (_, users) in merged.items():
-        assert abs(users - expected[key][1]) <= max(1, SKETCH_ERROR * expected[key][1]), key
+        assert within_sketch_error(users, expected[key][1]), key
 
 
 def _stream(settings, records, seconds: int = 40) -> None:

@@ -25,9 +25,9 @@ from batch_layer.recompute import recompute_view
 from infra import generator
 from infra.generator import Mix, Record
 from infra.settings import load
-from serving_layer import engine
 from speed_layer import queries
 from tests import oracle
+from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
 from tests.integration.records import kafka_rows
 from views import all_views, events, products, timebase
@@ -35,8 +35,6 @@ from views import all_views, events, products, timebase
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEEDS = (5, 8)
-#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
-SKETCH_ERROR = 3 * 1.04 / 64
 FLUSH_AFTER = timedelta(hours=2)
 
 
@@ -64,13 +62,6 @@ def _time(record: Record) -> datetime | None:
         return datetime.fromisoformat(json.loads(record.value)["event_time"]).astimezone(timebase.UTC)
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _rows(view, table: list[dict]) -> dict:
-    """Rows by (window_start, *keys), their window bounds as aware UTC datetimes."""
-    rows = [{**r, "window_start": timebase.utc(r["window_start"]), "window_end": timebase.utc(r["window_end"])}
-            for r in table]
-    return {(r["window_start"], *(r[k] for k in view.keys)): r for r in rows}
 
 
 def _speed_run(spark, settings, views, records, changes, cuts, watermark):
@@ -113,11 +104,7 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark):
 
 
 def _merged(settings, views) -> dict:
-    result = {}
-    for name in views:
-        columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
-        result[name] = [dict(zip(columns, row)) for row in rows]
-    return result
+    return {name: merged_rows(settings, view) for name, view in views.items()}
 
 
 @pytest.fixture(scope="module", params=SEEDS, ids=lambda seed: f"seed{seed}")
@@ -154,56 +141,42 @@ def run(request, spark, deployment, tmp_path_factory) -> Run:
                boundary=boundary, speed=speed, merged=merged, final=_merged(settings, views))
 
 
-def _values(view, row: dict) -> tuple:
-    return tuple(row[m.name] for m in view.measures)
-
-
-def _assert_equal(view, actual: tuple, expected: tuple, key, approximate: bool) -> None:
-    for measure, got, want in zip(view.measures, actual, expected):
-        if approximate and measure.approximate_in_speed:
-            assert abs(got - want) <= max(1, SKETCH_ERROR * want), (view.name, key, measure.name)
-        elif isinstance(want, float):
-            assert got == pytest.approx(want, rel=1e-9), (view.name, key, measure.name)
-        else:
-            assert got == want, (view.name, key, measure.name)
-
-
 NAMES = list(all_views(EXTRA_VIEWS))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_batch_equals_oracle(run, name):
     view = run.views[name]
-    rows = _rows(view, run.final[name])
+    rows = run.final[name]
     assert set(rows) == set(run.expected[name])
     for key, row in rows.items():
         assert (row["source"], row["is_final"]) == ("batch", True)
         assert row["window_end"] - row["window_start"] == view.windows.size, key
-        _assert_equal(view, _values(view, row), run.expected[name][key], key, approximate=False)
+        assert_measures(view, row, run.expected[name][key], key, approximate=False)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_speed_equals_oracle_for_closed_windows(run, name):
     view = run.views[name]
-    closed = {k: v for k, v in _rows(view, run.speed[name]).items() if v["window_end"] <= run.closed}
+    closed = {k: v for k, v in keyed(view, run.speed[name]).items() if v["window_end"] <= run.closed}
     expected = {k: v for k, v in run.seen_by_speed[name].items() if k[0] + view.windows.size <= run.closed}
     assert set(closed) == set(expected)
     for key, row in closed.items():
-        _assert_equal(view, _values(view, row), expected[key], key, approximate=True)
+        assert_measures(view, row, expected[key], key, approximate=True)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name):
     view = run.views[name]
-    rows = _rows(view, run.merged[name])
+    rows = run.merged[name]
     batch = {k: v for k, v in rows.items() if k[0] < run.boundary}
     assert set(batch) == {k for k in run.expected[name] if k[0] < run.boundary}
     for key, row in batch.items():
         assert (row["source"], row["is_final"]) == ("batch", True)
-        _assert_equal(view, _values(view, row), run.expected[name][key], key, approximate=False)
+        assert_measures(view, row, run.expected[name][key], key, approximate=False)
     speed = {k: v for k, v in rows.items() if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
     assert set(speed) == {k for k in run.seen_by_speed[name]
                           if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
     for key, row in speed.items():
         assert (row["source"], row["is_final"]) == ("speed", False)
-        _assert_equal(view, _values(view, row), run.seen_by_speed[name][key], key, approximate=True)
+        assert_measures(view, row, run.seen_by_speed[name][key], key, approximate=True)

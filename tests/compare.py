@@ -1,0 +1,41 @@
+"""How tests compare a view's rows with the oracle's: exact, except where the design allows otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving_layer import engine
+from views import timebase
+
+#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
+SKETCH_ERROR = 3 * 1.04 / 64
+
+
+def within_sketch_error(estimate: int, exact: int) -> bool:
+    return abs(estimate - exact) <= max(1, SKETCH_ERROR * exact)
+
+
+def keyed(view, rows: list[dict]) -> dict:
+    """Rows by (window_start, *keys), their window bounds as aware UTC datetimes."""
+    rows = [{**r, "window_start": timebase.utc(r["window_start"]), "window_end": timebase.utc(r["window_end"])}
+            for r in rows]
+    return {(r["window_start"], *(r[k] for k in view.keys)): r for r in rows}
+
+
+def assert_measures(view, row: dict, expected: tuple, key, approximate: bool = False) -> None:
+    """``row``'s measures equal ``expected``: exactly (floats to rounding), or for the measures that
+    are approximate in speed, within the sketch's error when ``approximate``."""
+    for measure, want in zip(view.measures, expected, strict=True):
+        got = row[measure.name]
+        if approximate and measure.approximate_in_speed:
+            assert within_sketch_error(got, want), (view.name, key, measure.name, got, want)
+        elif isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-9), (view.name, key, measure.name)
+        else:
+            assert got == want, (view.name, key, measure.name)
+
+
+def merged_rows(settings, view) -> dict:
+    """The merged view's rows, keyed as by :func:`keyed`."""
+    columns, rows = engine.query(settings, f'SELECT * FROM "{view.name}"')
+    return keyed(view, [dict(zip(columns, row)) for row in rows])
