@@ -26,7 +26,7 @@ demo: setup
 	$(PY) -m serving_layer.demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=12
 
 bench: setup
 	$(PY) -m bench
