@@ -1,15 +1,19 @@
-"""The Kafka broker's lifecycle: a second start is harmless, stop leaves nothing, a busy port is named."""
+"""The Kafka broker's lifecycle (a second start is harmless, stop leaves nothing, a busy port is named),
+and `lambdalake produce --products` on it."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 
 import psutil
 import pytest
 
 from infra import kafka, processes
-from infra.settings import load
+from infra.settings import REPO, load
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +42,27 @@ def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
         assert kafka.stop(settings)
     assert not psutil.pid_exists(pid) and processes.port_holder(19192) is None
     assert not kafka.stop(settings)
+
+
+def test_produce_products_publishes_the_changelog(tmp_path, broker):
+    from kafka import KafkaConsumer
+
+    from infra.generator import PRODUCTS, UNLISTED
+
+    overrides = {**json.loads((broker.home / "settings.json").read_text()),
+                 "events_topic": f"events-{tmp_path.name}", "products_topic": f"products-{tmp_path.name}"}
+    (tmp_path / "settings.json").write_text(json.dumps(overrides))
+    settings = load(tmp_path)
+    kafka.ensure_topics(settings)
+    done = subprocess.run([sys.executable, "-m", "serving_layer.cli", "produce", "--days", "1", "--per-day", "50",
+                           "--products"], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, "LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    consumer = KafkaConsumer(settings.products_topic, bootstrap_servers=settings.kafka_bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    records = list(consumer)
+    consumer.close()
+    deletions = [r for r in records if r.value is None]
+    created = {json.loads(r.value)["product_id"] for r in records if r.value is not None}
+    assert created == set(PRODUCTS[:-UNLISTED]) and all(r.key for r in records)
+    assert f"{len(deletions)} deletions" in done.stdout and len(records) > len(created)
