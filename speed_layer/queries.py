@@ -34,8 +34,8 @@ def _parse(records: DataFrame, settings: Settings) -> DataFrame:
     return events.parse(records, settings.max_payload_bytes, settings.future_horizon_seconds)
 
 
-def _start(rows: DataFrame, settings: Settings, name: str, checkpoint: Path, each_batch, mode: str = "append"):
-    return (rows.writeStream.queryName(name).outputMode(mode).foreachBatch(each_batch)
+def _start(rows: DataFrame, settings: Settings, name: str, checkpoint: Path, each_batch) -> StreamingQuery:
+    return (rows.writeStream.queryName(name).outputMode("append").foreachBatch(each_batch)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
 
@@ -138,9 +138,9 @@ def start_view(spark: SparkSession, settings: Settings, view: View) -> Streaming
     keys, updates = ("window_start", *view.keys), compile.merge_updates(view)
 
     def merge(batch: DataFrame, batch_id: int) -> None:
-        rows = partial(batch).persist()  # evaluated once: the stateful operators run once per micro-batch
-        if not rows.isEmpty():  # e.g. a micro-batch that only moved the watermark: skip a Delta commit
-            tables.merge_once(rows, path, keys, updates, app_id, batch_id)
-        rows.unpersist()
+        partials = partial(batch).persist()  # evaluated once: the stateful operators run once per micro-batch
+        if not partials.isEmpty():  # e.g. a micro-batch that only moved the watermark: skip a Delta commit
+            tables.merge_once(partials, path, keys, updates, app_id, batch_id)
+        partials.unpersist()
 
     return _start(rows, settings, view.name, checkpoint, merge)
