@@ -17,9 +17,10 @@ def ensure(spark: SparkSession, path: str, schema: StructType, partition_by: tup
 
 def append_once(rows: DataFrame, path: str, app_id: str, batch_id: int,
                 partition_by: tuple[str, ...] = ()) -> None:
-    """Append ``rows`` unless micro-batch ``batch_id`` of ``app_id`` was already committed there."""
+    """Append ``rows`` unless micro-batch ``batch_id`` of ``app_id`` was already committed there; new
+    columns (a view added to the partials table) join the table's schema."""
     (rows.write.format("delta").mode("append")
-     .option("txnAppId", app_id).option("txnVersion", batch_id)
+     .option("txnAppId", app_id).option("txnVersion", batch_id).option("mergeSchema", "true")
      .partitionBy(*partition_by).save(path))
 
 
@@ -28,19 +29,3 @@ def upsert(rows: DataFrame, path: str, keys: tuple[str, ...]) -> None:
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     (DeltaTable.forPath(rows.sparkSession, path).alias("t").merge(rows.alias("s"), on)
      .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-
-
-def merge_once(rows: DataFrame, path: str, keys: tuple[str, ...], updates: dict[str, str], app_id: str,
-               batch_id: int) -> None:
-    """Merge ``rows`` (``s``) into the table (``t``) on ``keys``: matched rows get ``updates`` (SQL per
-    column), new ones are inserted; skipped if micro-batch ``batch_id`` of ``app_id`` was committed."""
-    spark = rows.sparkSession  # a streaming query's own session: its settings do not leak to others
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-    try:
-        (DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
-         .whenMatchedUpdate(set=updates).whenNotMatchedInsertAll().execute())
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")

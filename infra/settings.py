@@ -27,9 +27,12 @@ class Settings:
     events_topic: str = "events"
     products_topic: str = "products"
     topic_partitions: int = 3
-    #: Speed layer: seconds between micro-batches and the most Kafka records one may take.
-    trigger_seconds: int = 5
+    #: Speed layer: the shortest time between micro-batch starts (while a backlog lasts, batches run
+    #: back to back and size themselves), and the most Kafka records one may take (a memory guard).
+    trigger_seconds: float = 0.5
     max_offsets_per_trigger: int = 200_000
+    #: How often the speed layer looks for dimension changes (the products changelog).
+    dimension_trigger_seconds: float = 5
     #: How late an event may come and still be counted by the speed views.
     watermark: str = "10 minutes"
     #: Events stamped further than this in the future are dead-lettered.

@@ -10,12 +10,13 @@ from datetime import datetime
 
 import duckdb
 import pyarrow.compute as pc
+from datasketches import hll_sketch, hll_union
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
 from serving_layer.merge import merged_sql
-from views import all_views, timebase
+from views import all_views, compile, timebase
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
           "product_changes", "products")
@@ -43,22 +44,48 @@ def boundaries(settings: Settings) -> dict[str, datetime]:
     return result
 
 
+def _sketch_union(sketches: list[bytes | None]) -> bytes | None:
+    """The union of Spark's HyperLogLog sketches (``hll_sketch_agg``), as a sketch."""
+    union, found = hll_union(compile.SKETCH_LGK), False
+    for sketch in sketches or ():
+        if sketch is not None:
+            union.update(hll_sketch.deserialize(sketch))
+            found = True
+    return union.get_result().serialize_compact() if found else None
+
+
+def _sketch_estimate(sketch: bytes | None) -> int | None:
+    return None if sketch is None else round(hll_sketch.deserialize(sketch).get_estimate())
+
+
+def _sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
+    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling="special")
+    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling="special")
+    con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
+
+
 def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the merged views and the raw tables registered."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    _sketch_functions(con)
     for name in TABLES:
         dataset = _dataset(settings, name)
         if dataset is not None:
             con.register(name, dataset)
+    partials = _dataset(settings, compile.PARTIALS)
+    if partials is not None:
+        con.register(compile.PARTIALS, partials)
     bounds = boundaries(settings)
     for name, view in all_views(settings.view_modules).items():
         relations = {}
-        for layer in ("batch", "speed"):
-            dataset = _dataset(settings, f"{layer}/{name}")
-            if dataset is not None:
-                relations[layer] = f'"{layer}_{name}"'
-                con.register(f"{layer}_{name}", dataset)
+        batch = _dataset(settings, f"batch/{name}")
+        if batch is not None:
+            relations["batch"] = f'"batch_{name}"'
+            con.register(f"batch_{name}", batch)
+        if partials is not None and name in partials.schema.names:
+            relations["partials"] = compile.PARTIALS
         if relations:
             con.execute(f'CREATE VIEW "{name}" AS {merged_sql(view, bounds[name], **relations)}')
     return con

@@ -21,11 +21,11 @@ def main() -> int:
         start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
     except resume.CheckpointLost as lost:
         print(f"speed layer: {lost}", file=sys.stderr)
-        health.write(settings, {"pid": os.getpid(), "error": str(lost), "queries": {}})
+        health.write(settings, health.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                             str(lost)))
         return 2
-    view_queries = [queries.start_view(spark, settings, view) for view in queries.speed_views(settings)]
-    landing = queries.start_landing(spark, settings, start, lambda: health.watermarks(settings, view_queries))
-    others = [queries.start_products(spark, settings), *view_queries]
+    landing, fold = queries.start_events(spark, settings, start)
+    others = [queries.start_products(spark, settings)]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error = None
@@ -34,8 +34,8 @@ def main() -> int:
         if failed:
             error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
             print(*(q.exception() for q in failed), f"speed layer: {error}", sep="\n", file=sys.stderr)
-        health.write(settings, health.report(settings, landing, others, error))
-        time.sleep(2)
+        health.write(settings, health.report(landing, fold, others, error))
+        time.sleep(1)
     for query in [landing, *others]:
         query.stop()
     return 1 if error else 0

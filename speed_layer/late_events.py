@@ -1,4 +1,4 @@
-"""Late events: those behind a view's speed watermark, which its speed query drops.
+"""Late events: those behind the speed layer's watermark, which its views leave to batch.
 
 They are in raw_events all the same; late_events counts them per view and event day, with the time
 they arrived, so that the batch layer recomputes exactly the days that received them.
@@ -25,15 +25,13 @@ SCHEMA = T.StructType([
 ])
 
 
-def count(landed: DataFrame, views: list[View], watermarks: dict[str, datetime], batch_id: int) -> DataFrame:
-    """Per view and day, how many of ``landed``'s events are older than that view's watermark."""
+def count(landed: DataFrame, views: list[View], watermark: datetime, batch_id: int) -> DataFrame:
+    """Per view and day, how many of ``landed``'s events are older than the speed layer's watermark."""
     parts = [
-        compile.inputs(view, landed).where(F.col(view.event_time) < F.lit(mark))
+        compile.inputs(view, landed).where(F.col(view.event_time) < F.lit(watermark))
         .groupBy(F.lit(view.name).alias("view"), F.to_date(view.event_time).alias("day"))
         .agg(F.count(F.lit(1)).alias("events"))
-        for view in views if (mark := watermarks.get(view.name)) is not None
+        for view in views
     ]
-    if not parts:
-        return landed.sparkSession.createDataFrame([], SCHEMA)
     return reduce(DataFrame.unionByName, parts).select("view", "day", "events", F.current_timestamp().alias("received_at"),
                         F.lit(batch_id).cast("long").alias("batch_id"))

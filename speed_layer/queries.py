@@ -1,19 +1,18 @@
-"""The speed layer's streaming queries: Kafka -> raw_events + dead_letters, Kafka products -> the
-products dimension, and raw_events -> speed views."""
+"""The speed layer's two streaming queries: Kafka events -> raw_events, dead_letters, late_events and
+every speed view in one pass (speed_layer.fold); Kafka products -> the products dimension."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from infra import delta as tables
 from infra.settings import Settings
 from speed_layer import late_events, resume
-from views import all_views, compile, events, products
+from speed_layer.fold import Fold
+from views import all_views, events, products
 from views.model import View
 
 LANDING = "landing"
@@ -34,10 +33,11 @@ def _parse(records: DataFrame, settings: Settings) -> DataFrame:
     return events.parse(records, settings.max_payload_bytes, settings.future_horizon_seconds)
 
 
-def _start(rows: DataFrame, settings: Settings, name: str, checkpoint: Path, each_batch) -> StreamingQuery:
+def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: float) -> StreamingQuery:
+    """A micro-batch at most every ``seconds``: back to back while a backlog lasts."""
     return (rows.writeStream.queryName(name).outputMode("append").foreachBatch(each_batch)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime=f"{settings.trigger_seconds} seconds").start())
+            .trigger(processingTime=f"{int(seconds * 1000)} milliseconds").start())
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -63,30 +63,17 @@ def speed_views(settings: Settings) -> list[View]:
     return [views[name] for name in chosen]
 
 
-def start_landing(spark: SparkSession, settings: Settings, start: tuple[str, str],
-                  watermarks: Callable[[], dict]) -> StreamingQuery:
-    """Land every Kafka record exactly once: valid ones in raw_events, the rest in dead_letters.
+def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]) -> tuple[StreamingQuery, Fold]:
+    """The speed layer's one query over the events topic: each micro-batch is folded once into
+    raw_events, dead_letters, late_events and every speed view (:mod:`speed_layer.fold`).
 
     ``start`` is the (txnAppId, startingOffsets) pair from :func:`speed_layer.resume.plan`.
-    ``watermarks()`` gives each view's current speed watermark; events behind it are counted, per view
-    and day, in late_events: the speed views will drop them, the batch layer recomputes their days.
     """
-    raw_events, dead_letters, late = (settings.table(t) for t in ("raw_events", "dead_letters", "late_events"))
-    views = speed_views(settings)
     app_id, starting_offsets = start
-
-    def land(records: DataFrame, batch_id: int) -> None:
-        parsed = _parse(records, settings).persist()
-        valid = events.landed(parsed)
-        tables.append_once(valid, raw_events, app_id, batch_id, ("event_date",))
-        for rows, path, partition_by in ((events.dead_letters(parsed), dead_letters, ("dead_letter_date",)),
-                                         (late_events.count(valid, views, watermarks(), batch_id), late, ())):
-            if not rows.isEmpty():  # most batches have neither: skip a whole Delta commit
-                tables.append_once(rows, path, app_id, batch_id, partition_by)
-        parsed.unpersist()
-
-    return _start(_kafka(spark, settings, settings.events_topic, starting_offsets), settings, LANDING,
-                  settings.checkpoints / LANDING, land)
+    fold = Fold(spark, settings, speed_views(settings), app_id)
+    query = _start(_kafka(spark, settings, settings.events_topic, starting_offsets), LANDING,
+                   settings.checkpoints / LANDING, fold, settings.trigger_seconds)
+    return query, fold
 
 
 def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
@@ -107,40 +94,5 @@ def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
             current.write.format("delta").mode("overwrite").save(dimension)
         parsed.unpersist()
 
-    return _start(_kafka(spark, settings, settings.products_topic, "earliest"), settings, PRODUCTS, checkpoint, land)
-
-
-def view_checkpoint(settings: Settings, name: str) -> Path:
-    return settings.checkpoints / "views" / name
-
-
-def start_view(spark: SparkSession, settings: Settings, view: View) -> StreamingQuery:
-    """Keep speed/<view> up to date from the raw_events stream: the view's stateful operators run in
-    Structured Streaming; each micro-batch's partial aggregates are merged into the table exactly once.
-
-    A new checkpoint starts from the beginning of raw_events, so it starts an empty table too.
-    """
-    path, checkpoint = settings.table(f"speed/{view.name}"), view_checkpoint(settings, view.name)
-    app_id, fresh = resume.app_id(checkpoint)
-    rows = compile.prepare(view, spark.readStream.format("delta").load(settings.table("raw_events")),
-                           view.watermark or settings.watermark)
-
-    def partial(batch: DataFrame) -> DataFrame:
-        current = {name: batch.sparkSession.read.format("delta").load(settings.table(name))
-                   for name in compile.dimension_tables(view)}
-        return compile.aggregate(view, compile.enrich(view, batch, current, as_of=False), exact=False)
-
-    schema = partial(spark.createDataFrame([], rows.schema)).schema
-    if fresh and DeltaTable.isDeltaTable(spark, path):
-        (spark.createDataFrame([], schema).write.format("delta").mode("overwrite")
-         .option("overwriteSchema", "true").save(path))
-    tables.ensure(spark, path, schema)
-    keys, updates = ("window_start", *view.keys), compile.merge_updates(view)
-
-    def merge(batch: DataFrame, batch_id: int) -> None:
-        partials = partial(batch).persist()  # evaluated once: the stateful operators run once per micro-batch
-        if not partials.isEmpty():  # e.g. a micro-batch that only moved the watermark: skip a Delta commit
-            tables.merge_once(partials, path, keys, updates, app_id, batch_id)
-        partials.unpersist()
-
-    return _start(rows, settings, view.name, checkpoint, merge)
+    return _start(_kafka(spark, settings, settings.products_topic, "earliest"), PRODUCTS, checkpoint, land,
+                  settings.dimension_trigger_seconds)

@@ -2,13 +2,18 @@
 
 A view is computed in three steps, each a pure ``DataFrame -> DataFrame`` function:
 
-1. :func:`prepare`: the view's events, each event_id once, flagged by its FollowedBy joins and grouped
-   into sessions if its window is one. Batch keeps the first received copy; speed (given a watermark)
-   the first copy within the watermark, with Structured Streaming's stateful operators.
+1. :func:`prepare`: the view's events, each event_id once (the first received copy), flagged by its
+   FollowedBy joins and grouped into sessions if its window is one. The speed layer applies the same
+   pieces (:func:`own`, :func:`flagged`, :func:`sessions`) to each micro-batch and the state it keeps.
 2. :func:`enrich`: dimension columns; batch as of the event's time, speed as the dimension is now.
 3. :func:`aggregate`: measures per window and key. Each measure is kept as mergeable *states*: batch
-   computes them exactly from all rows; speed computes them per micro-batch and merges them into its
-   table (:func:`merge_updates`), with a HyperLogLog sketch for distinct counts.
+   computes them exactly from all rows; speed appends each micro-batch's states as *partials*, which
+   readers combine with :func:`merged` (sums add, sketches union) and turn into values with
+   :func:`finals`. A prepared row carries a weight (``_weight``, +1, or -1 to retract a row the speed
+   layer counted before, e.g. a session that grew), so counts, sums and means stay mergeable.
+
+The merge SQL is plain enough for both Spark SQL and the serving layer's DuckDB (which registers
+``hll_union_agg`` and ``hll_sketch_estimate`` over the same sketch bytes).
 """
 
 from __future__ import annotations
@@ -23,6 +28,15 @@ RECEIPT_ORDER = ("ingested_at", "kafka_timestamp", "partition", "offset")
 #: Which measures a prepared row feeds: "event" (the view's own rows) or a FollowedBy flag.
 ROLE = "_role"
 EVENT = "event"
+#: +1 for a row that counts, -1 for one that retracts a row counted before (speed sessions only).
+WEIGHT = "_weight"
+#: The speed layer's table of partial aggregates: one row per micro-batch, window and key, partitioned
+#: by ``view``, the states of view ``v`` in a struct column named ``v`` (see :func:`packed`).
+PARTIALS = "speed_partials"
+#: log2 of the HyperLogLog sketches' buckets (Spark's default for ``hll_sketch_agg``).
+SKETCH_LGK = 12
+#: The hidden state every view keeps: its rows' net weight; a merged window exists while it is positive.
+ROWS = "_rows"
 
 
 def inputs(view: View, events: DataFrame) -> DataFrame:
@@ -36,43 +50,63 @@ def first_copies(events: DataFrame) -> DataFrame:
     return events.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
 
-def prepare(view: View, events: DataFrame, watermark: str | None = None) -> DataFrame:
-    """The view's rows from raw_events rows (a stream of them when ``watermark`` is given)."""
-    if watermark:
-        events = events.withWatermark(view.event_time, watermark)
-        rows = inputs(view, events).dropDuplicatesWithinWatermark(["event_id"])
-    else:
-        rows = first_copies(inputs(view, events))
-    rows = rows.withColumn(ROLE, F.lit(EVENT))
+def prepare(view: View, events: DataFrame) -> DataFrame:
+    """The view's rows from raw_events rows: each event_id once (the first received copy)."""
+    rows = own(first_copies(inputs(view, events)))
     for join in view.joins:
         if isinstance(join, FollowedBy):
-            rows = _followed(view, rows, events, join)
+            rows = rows.unionByName(flagged(view, join, rows, followers(join, events)))
     if isinstance(view.window, Session):
-        rows = _sessions(view, rows)
+        rows = session_rows(view, sessions(view, spans(view, rows)))
     return rows
 
 
-def _followed(view: View, rows: DataFrame, events: DataFrame, join: FollowedBy) -> DataFrame:
-    """``rows`` plus, for each row that ``join``'s events follow, a copy whose role is its flag."""
+def own(rows: DataFrame) -> DataFrame:
+    """Rows that count as the view's own, once each."""
+    return rows.withColumn(ROLE, F.lit(EVENT)).withColumn(WEIGHT, F.lit(1))
+
+
+def followers(join: FollowedBy, events: DataFrame) -> DataFrame:
+    """The events that may follow a row of ``join``."""
+    return events.where(F.col("event_type") == join.event_type)
+
+
+def flagged(view: View, join: FollowedBy, rows: DataFrame, later: DataFrame, how: str = "left_semi") -> DataFrame:
+    """The rows that an event of ``later`` follows (``how="left_anti"``: that none follows), as
+    copies whose role is ``join``'s flag."""
     time = view.event_time
-    later = events.where(F.col("event_type") == join.event_type).alias("later")
     condition = [F.col(f"row.{c}") == F.col(f"later.{c}") for c in join.on] + [
         F.col(f"later.{time}") >= F.col(f"row.{time}"),
         F.col(f"later.{time}") <= F.col(f"row.{time}") + F.expr(f"INTERVAL {interval(join.within)}"),
     ]
-    followed = rows.alias("row").join(later, condition, "left_semi").withColumn(ROLE, F.lit(join.flag))
-    return rows.unionByName(followed)
+    return rows.alias("row").join(later.alias("later"), condition, how).withColumn(ROLE, F.lit(join.flag))
 
 
-def _sessions(view: View, rows: DataFrame) -> DataFrame:
-    """One row per session: its start (as the event time), duration_s and events."""
-    window, time = view.window, F.col(view.event_time)
-    sessions = rows.groupBy(F.session_window(time, interval(window.gap)), window.per).agg(
-        F.min(time).alias("start"), F.max(time).alias("last"), F.count(F.lit(1)).alias("events"))
+def spans(view: View, rows: DataFrame) -> DataFrame:
+    """Each row as a one-event span of its session key: (per, start, last, events)."""
+    time = F.col(view.event_time)
+    return rows.select(view.window.per, time.alias("start"), time.alias("last"), F.lit(1).cast("long").alias("events"))
+
+
+def sessions(view: View, spans: DataFrame) -> DataFrame:
+    """Merge spans (per, start, last, events) into sessions: the next span of the same ``per`` value
+    joins a session while it starts less than the gap after the session's last event so far."""
+    per, gap = view.window.per, F.expr(f"INTERVAL {interval(view.window.gap)}")
+    order = Window.partitionBy(per).orderBy("start", "last")
+    last_so_far = F.max("last").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    starts = (last_so_far.isNull() | (F.col("start") >= last_so_far + gap)).cast("int")
+    numbered = spans.withColumn("_starts", starts).withColumn(
+        "_session", F.sum("_starts").over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    return numbered.groupBy(per, "_session").agg(
+        F.min("start").alias("start"), F.max("last").alias("last"), F.sum("events").alias("events")).drop("_session")
+
+
+def session_rows(view: View, sessions: DataFrame, weight: int = 1) -> DataFrame:
+    """One prepared row per session: its start (as the event time), duration_s and events."""
     return sessions.select(
-        F.col("start").alias(view.event_time), window.per,
+        F.col("start").alias(view.event_time), view.window.per,
         ((F.unix_micros("last") - F.unix_micros("start")) / 1e6).alias("duration_s"),
-        "events", F.lit(EVENT).alias(ROLE))
+        "events", F.lit(EVENT).alias(ROLE), F.lit(weight).alias(WEIGHT))
 
 
 def dimension_tables(view: View) -> tuple[str, ...]:
@@ -102,67 +136,85 @@ def _window(view: View) -> Column:
     return F.window(F.col(view.event_time), *view.windows.spark()).alias("window")
 
 
-def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str | None]]:
-    """The columns ``measure`` is kept as: name -> (SQL aggregate over rows, SQL merging a stored value
-    ``t`` with a micro-batch's ``s``; None in exact mode, which never merges)."""
+def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
+    """The columns ``measure`` is kept as: name -> (Spark SQL aggregate over prepared rows, SQL
+    aggregate merging partials of that column, portable to DuckDB: plain identifiers, no backticks)."""
     name, kind = measure.name, measure.kind
     own = f"`{ROLE}` = '{EVENT}'"
-    value = f"CASE WHEN {own} THEN `{measure.column}` END"
+    signed = f"CASE WHEN {own} THEN if(`{WEIGHT}` > 0, `{measure.column}`, -`{measure.column}`) END"
 
-    def added(column: str) -> str:
-        return f"coalesce(t.`{column}`, 0) + coalesce(s.`{column}`, 0)"
+    def weights(condition: str) -> str:
+        return f"CAST(coalesce(sum(CASE WHEN {condition} THEN `{WEIGHT}` END), 0) AS BIGINT)"
 
     if kind == "count":
         flagged = f"`{ROLE}` = '{measure.column}'" if measure.column else own
-        return {name: (f"CAST(count_if({flagged}) AS BIGINT)", added(name))}
+        return {name: (weights(flagged), f"CAST(sum({name}) AS BIGINT)")}
     if kind == "sum":
-        return {name: (f"sum({value})", added(name))}
+        return {name: (f"sum({signed})", f"sum({name})")}
     if kind in ("min", "max"):
-        merge = "least" if kind == "min" else "greatest"
-        return {name: (f"{kind}({value})", f"{merge}(t.`{name}`, s.`{name}`)")}
+        return {name: (f"{kind}(CASE WHEN {own} THEN `{measure.column}` END)", f"{kind}({name})")}
     if kind == "mean":
-        return {f"{name}_sum": (f"CAST(sum({value}) AS DOUBLE)", added(f"{name}_sum")),
-                f"{name}_count": (f"count({value})", added(f"{name}_count"))}
+        return {f"{name}_sum": (f"CAST(sum({signed}) AS DOUBLE)", f"sum({name}_sum)"),
+                f"{name}_count": (weights(f"{own} AND `{measure.column}` IS NOT NULL"), f"CAST(sum({name}_count) AS BIGINT)")}
+    value = f"CASE WHEN {own} THEN `{measure.column}` END"
     if kind == "distinct" and exact:
-        return {name: (f"CAST(count(DISTINCT {value}) AS BIGINT)", None)}
+        return {name: (f"CAST(count(DISTINCT {value}) AS BIGINT)", "")}
     if kind == "distinct":
-        return {f"{name}_sketch": (f"hll_sketch_agg({value})", f"hll_union(t.`{name}_sketch`, s.`{name}_sketch`, true)")}
+        return {f"{name}_sketch": (f"hll_sketch_agg({value}, {SKETCH_LGK})", f"hll_union_agg({name}_sketch)")}
     if kind == "ratio":
         return {}
     raise ValueError(f"measure {name}: unknown kind {kind!r}")
 
 
-def _final(measure: Measure, exact: bool, ref) -> str:
-    """SQL for ``measure``'s value from its states, each state column written as ``ref(column)``."""
+def _all_states(view: View, exact: bool) -> dict[str, tuple[str, str]]:
+    rows = {ROWS: (f"CAST(coalesce(sum(CASE WHEN `{ROLE}` = '{EVENT}' THEN `{WEIGHT}` END), 0) AS BIGINT)",
+                   f"CAST(sum({ROWS}) AS BIGINT)")}
+    return {**rows, **{c: sql for m in view.measures for c, sql in _states(m, exact).items()}}
+
+
+def _final(measure: Measure, exact: bool) -> str:
+    """SQL for ``measure``'s value from its state columns."""
     name, kind = measure.name, measure.kind
     if kind == "mean":
-        return f"CAST({ref(f'{name}_sum')} / nullif({ref(f'{name}_count')}, 0) AS DOUBLE)"
+        return f"CAST({name}_sum / nullif({name}_count, 0) AS DOUBLE)"
     if kind == "distinct" and not exact:
-        return f"CAST(hll_sketch_estimate({ref(f'{name}_sketch')}) AS BIGINT)"
+        return f"CAST(hll_sketch_estimate({name}_sketch) AS BIGINT)"
     if kind == "ratio":
-        return f"CAST({ref(measure.column)} AS DOUBLE) / nullif({ref(measure.over)}, 0)"
-    return ref(name)
+        return f"CAST({measure.column} AS DOUBLE) / nullif({measure.over}, 0)"
+    return name
 
 
 def state_columns(view: View) -> tuple[str, ...]:
-    """Columns the speed table keeps beside the view's own: sums and counts of means, sketches."""
-    return tuple(c for m in view.measures for c in _states(m, exact=False) if c not in view.columns)
+    """The columns of a speed partial beside its window and keys: the mergeable states."""
+    return tuple(_all_states(view, exact=False))
+
+
+def merged(view: View) -> dict[str, str]:
+    """SQL aggregates, per state column, that combine partials of one window and key."""
+    return {c: merge for c, (_, merge) in _all_states(view, exact=False).items()}
+
+
+def finals(view: View, exact: bool = False) -> dict[str, str]:
+    """SQL, per measure, for its value from (merged) state columns."""
+    return {m.name: _final(m, exact) for m in view.measures}
 
 
 def aggregate(view: View, rows: DataFrame, exact: bool) -> DataFrame:
-    """View rows from prepared, enriched rows: the view's columns, then (speed) its state columns."""
-    states = {c: agg for m in view.measures for c, (agg, _) in _states(m, exact).items()}
+    """Per window and key of prepared, enriched rows: the view's columns (``exact``, batch), or the
+    speed partial's state columns."""
+    states = {c: agg for c, (agg, _) in _all_states(view, exact).items()}
     grouped = rows.groupBy(_window(view), *view.keys).agg(*(F.expr(agg).alias(c) for c, agg in states.items()))
-    measures = [F.expr(_final(m, exact, lambda c: f"`{c}`")).alias(m.name) for m in view.measures]
-    return grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *view.keys, *measures, *(() if exact else state_columns(view)))
+    partials = grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                              *view.keys, *states)
+    if not exact:
+        return partials
+    return partials.select("window_start", "window_end", *view.keys,
+                           *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()))
 
 
-def merge_updates(view: View) -> dict[str, str]:
-    """SQL, per column of the speed table, for a stored row ``t`` merged with a micro-batch's row ``s``."""
-    merged = {c: sql for m in view.measures for c, (_, sql) in _states(m, exact=False).items()}
-    finals = {m.name: _final(m, False, lambda c: f"({merged[c]})") for m in view.measures}
-    return {**merged, **finals}
+def packed(view: View, partials: DataFrame) -> DataFrame:
+    """Speed partials of ``view`` as rows of the shared partials table."""
+    return partials.select(F.lit(view.name).alias("view"), F.struct(*partials.columns).alias(view.name))
 
 
 def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:

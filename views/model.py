@@ -164,8 +164,6 @@ class View:
     joins: tuple[Dimension | FollowedBy, ...] = ()
     #: SQL conditions every row must meet (data-quality expectations checked on each batch write).
     expectations: tuple[str, ...] = ()
-    #: How late an event may come and still count in speed (None: the deployment's default).
-    watermark: str | None = None
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.measures]
@@ -176,6 +174,9 @@ class View:
                 problems.append(f"ratio {m.name} divides {m.column} by {m.over}, which must both be measures")
             if m.kind == "count" and m.column and m.column not in flags:
                 problems.append(f"count {m.name} counts rows flagged {m.column}, but no FollowedBy join sets it")
+            if isinstance(self.window, Session) and m.kind in ("min", "max", "distinct"):
+                problems.append(f"{m.kind} {m.name} cannot be taken back when a session grows in speed; "
+                                f"sessions support count, total, mean and ratio")
         if problems:
             raise ValueError(f"view {self.name}: {'; '.join(problems)}")
 
@@ -192,14 +193,18 @@ class View:
     @property
     def reach(self) -> timedelta:
         """How far past the end of a run of whole days the events of its windows may lie."""
-        follow = max((j.within for j in self.joins if isinstance(j, FollowedBy)), default=timedelta())
-        return self.window.reach + follow
+        return self.window.reach + self.follow
 
     def days_affected(self, day: date) -> list[date]:
         """The UTC days whose windows an event on ``day`` can change: its own, and the days before
         (and after) it that the view's windows reach."""
         before, after = math.ceil(self.reach / DAY), math.ceil(self.lookback / DAY)
         return [day + i * DAY for i in range(-before, after + 1)]
+
+    @property
+    def follow(self) -> timedelta:
+        """How long after an event another may still flag it (its FollowedBy joins)."""
+        return max((j.within for j in self.joins if isinstance(j, FollowedBy)), default=timedelta())
 
     @property
     def lookback(self) -> timedelta:

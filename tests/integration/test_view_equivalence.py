@@ -2,10 +2,10 @@
 (tests/oracle.py): out-of-order, late, resent and malformed events, with products changing mid-stream.
 
 a. the batch path (the batch layer's recompute, day by day) equals the oracle exactly;
-b. the streaming path (the speed layer's own queries in real Structured Streaming over raw_events,
-   fed in micro-batches) equals the oracle of what it could see, for every window its watermark closed:
-   events behind the watermark are left to batch, the category is the latest the speed layer knew,
-   and distinct counts are within the sketch's error;
+b. the streaming path (the speed layer's own fold of each micro-batch, fed the Kafka records in
+   micro-batches, and the serving layer's merge of its partials) equals the oracle of what it could
+   see: events behind the watermark are left to batch, the category is the latest the speed layer
+   knew, and distinct counts are within the sketch's error;
 c. the merged view, with the boundary at a seeded random day, equals batch before it and speed from it,
    and equals the oracle exactly once batch has run for every day.
 
@@ -26,8 +26,9 @@ from infra import generator
 from infra.generator import Mix, Record
 from infra.settings import load
 from speed_layer import queries
+from speed_layer.fold import Fold
 from tests import oracle
-from tests.compare import assert_measures, keyed, merged_rows
+from tests.compare import assert_measures, merged_rows
 from tests.conftest import EXTRA_VIEWS
 from tests.integration.records import kafka_rows
 from views import all_views, events, products, timebase
@@ -45,7 +46,7 @@ class Run:
     seen_by_speed: dict   # the oracle on what the speed layer could see, speed semantics
     closed: datetime      # the watermark every compared speed window ended before
     boundary: datetime
-    speed: dict           # view -> rows of the speed table
+    speed: dict           # view -> rows of the merged view before any batch: the speed layer's
     merged: dict          # view -> rows of the merged view, batch run before the boundary
     final: dict           # view -> rows of the merged view, batch run for every day
 
@@ -65,42 +66,33 @@ def _time(record: Record) -> datetime | None:
 
 
 def _speed_run(spark, settings, views, records, changes, cuts, watermark):
-    """Feed raw_events in micro-batches (products landed up to each one's first send time) to the speed
-    views; return the speed tables, the oracle input the speed layer could see and its categories."""
+    """Fold the records into the speed layer in micro-batches (products landed up to each one's first
+    send time), as its streaming query does; return the speed rows the serving layer merges from its
+    partials, the oracle input the speed layer could see and its categories."""
     spark_rows = kafka_rows(records)
     changes_rows = kafka_rows(changes, topic=settings.products_topic, partitions=1)
     queries.ensure_tables(spark, settings)
-    running = [queries.start_view(spark, settings, view) for view in views.values()]
+    fold = Fold(spark, settings, list(views.values()), "equivalence")
     seen, category_of, newest, landed_changes = [], {}, None, []
-    try:
-        for first, last in zip(cuts, cuts[1:]):
-            known = [c for c in changes if c.send_at < records[first].send_at]
-            if len(known) != len(landed_changes):
-                landed_changes = known
-                parsed = products.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD))
-                products.dimension(products.changes(parsed)).write.format("delta").mode("overwrite").save(
-                    settings.table("products"))
-            latest = oracle.latest_category(known)
-            mark = newest - watermark if newest else None
-            for record in records[first:last]:
-                when = _time(record) if record.kind != "malformed" else None
-                if when is None:
-                    continue
-                if mark is None or when > mark:
-                    seen.append(record)
-                    category_of.setdefault(json.loads(record.value)["event_id"], latest)
-                newest = max(newest or when, when)
-            batch = events.landed(events.parse(spark.createDataFrame(spark_rows[first:last], events.KAFKA_RECORD),
-                                               settings.max_payload_bytes, 10**9))
-            batch.write.format("delta").mode("append").partitionBy("event_date").save(settings.table("raw_events"))
-            for query in running:
-                query.processAllAvailable()
-    finally:
-        for query in running:
-            query.stop()
-    speed = {name: [r.asDict() for r in spark.read.format("delta").load(settings.table(f"speed/{name}")).collect()]
-             for name in views}
-    return speed, seen, lambda event: category_of[event["event_id"]](event)
+    for batch_id, (first, last) in enumerate(zip(cuts, cuts[1:])):
+        known = [c for c in changes if c.send_at < records[first].send_at]
+        if len(known) != len(landed_changes):
+            landed_changes = known
+            parsed = products.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD))
+            products.dimension(products.changes(parsed)).write.format("delta").mode("overwrite").save(
+                settings.table("products"))
+        latest = oracle.latest_category(known)
+        mark = newest - watermark if newest else None  # the watermark: from the micro-batches before
+        for record in records[first:last]:
+            when = _time(record) if record.kind != "malformed" else None
+            if when is None:
+                continue
+            if mark is None or when >= mark:
+                seen.append(record)
+                category_of.setdefault(json.loads(record.value)["event_id"], latest)
+            newest = max(newest or when, when)
+        fold(spark.createDataFrame(spark_rows[first:last], events.KAFKA_RECORD), batch_id)
+    return _merged(settings, views), seen, lambda event: category_of[event["event_id"]](event)
 
 
 def _merged(settings, views) -> dict:
@@ -158,7 +150,7 @@ def test_batch_equals_oracle(run, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_speed_equals_oracle_for_closed_windows(run, name):
     view = run.views[name]
-    closed = {k: v for k, v in keyed(view, run.speed[name]).items() if v["window_end"] <= run.closed}
+    closed = {k: v for k, v in run.speed[name].items() if v["window_end"] <= run.closed}
     expected = {k: v for k, v in run.seen_by_speed[name].items() if k[0] + view.windows.size <= run.closed}
     assert set(closed) == set(expected)
     for key, row in closed.items():

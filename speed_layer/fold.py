@@ -1,0 +1,139 @@
+"""One pass per micro-batch of the events topic: parse once, dedupe once, land, fold into every view.
+
+The speed layer's one streaming query (Kafka ``events`` -> ``foreachBatch``) calls a :class:`Fold`
+with each micro-batch ``n``:
+
+1. every record is parsed and validated once;
+2. the *new* events: the first copy of each valid event that is not late (older than the watermark)
+   and not seen in an earlier micro-batch (speed_layer.state);
+3. each speed view's partial aggregates of the new events, with the state the view needs (the events
+   a click may still follow, the sessions a new event may extend or join: a grown session is
+   retracted and added again, so open sessions show and grow);
+4. the commits, each skipped if micro-batch ``n`` of this query was committed there before (Delta's
+   ``txnAppId``/``txnVersion``): dead_letters and late_events (when the batch has any), the partials
+   of every view in one commit to speed_partials, then raw_events, last.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from infra import delta as tables
+from infra.settings import Settings
+from speed_layer import late_events, state
+from views import compile, events
+from views.model import FollowedBy, Session, View
+
+
+class Fold:
+    """The speed layer's work on one micro-batch, and the state it keeps between them."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str) -> None:
+        self.settings, self.views, self.app_id = settings, views, app_id
+        raw_events = spark.read.format("delta").load(settings.table("raw_events"))
+        self.state = state.restore(spark, raw_events, views, state.duration(settings.watermark))
+        #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
+        self.timings: dict[str, float] = {}
+        self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        spark, steps, mark = records.sparkSession, {}, self.state.watermark
+        with _timed(steps, "parse"):
+            parsed = events.parse(records, self.settings.max_payload_bytes,
+                                  self.settings.future_horizon_seconds).persist()
+            valid = events.landed(parsed)
+            newest, total, dead, late = parsed.agg(
+                F.max(F.when(F.col("reason").isNull(), F.col("event_time"))), F.count(F.lit(1)),
+                F.count_if(F.col("reason").isNotNull()),
+                F.count_if(F.col("reason").isNull() & (F.col("event_time") < F.lit(mark)))).first()
+        with _timed(steps, "dedupe"):
+            new = self._new(valid, mark)
+        dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
+                      for view in self.views for name in compile.dimension_tables(view)}
+        grown: dict[str, DataFrame] = {}
+        partials = []
+        for view in self.views:
+            with _timed(steps, f"view {view.name}"):
+                rows = self._rows(view, new, mark, grown)
+                rows = compile.enrich(view, rows, dimensions, as_of=False)
+                partials.append(state.checkpoint(compile.packed(view, compile.aggregate(view, rows, exact=False))))
+        if dead:
+            with _timed(steps, "commit dead_letters"):
+                tables.append_once(events.dead_letters(parsed), self.settings.table("dead_letters"), self.app_id,
+                                   batch_id, ("dead_letter_date",))
+        if late:
+            with _timed(steps, "commit late_events"):
+                tables.append_once(late_events.count(valid, self.views, mark, batch_id),
+                                   self.settings.table("late_events"), self.app_id, batch_id)
+        with _timed(steps, "commit speed_partials"):
+            tables.append_once(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials),
+                               self.settings.table(compile.PARTIALS), self.app_id, batch_id, ("view",))
+        with _timed(steps, "commit raw_events"):
+            tables.append_once(valid, self.settings.table("raw_events"), self.app_id, batch_id, ("event_date",))
+        self.state.advance(new, newest)
+        for view in self.views:
+            if view.name in grown:
+                self.state.close_sessions(view, grown[view.name])
+        parsed.unpersist()
+        self.timings = steps
+        for name, count in (("records", total), ("dead_letters", dead), ("late_events", late)):
+            self.totals[name] += count
+
+    def _new(self, valid: DataFrame, mark: datetime | None) -> DataFrame:
+        """The first copy of each event of ``valid`` that is neither late nor seen before."""
+        fresh = valid if mark is None else valid.where(F.col("event_time") >= F.lit(mark))
+        firsts = compile.first_copies(fresh).select(*events.EVENT_COLUMNS)
+        recent = self.state.recent(mark)
+        if recent is not None:
+            seen = recent.join(F.broadcast(firsts.select("event_id")), "event_id", "left_semi").select("event_id")
+            firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
+        return state.checkpoint(firsts)
+
+    def _rows(self, view: View, new: DataFrame, mark: datetime | None, grown: dict[str, DataFrame]) -> DataFrame:
+        """The prepared rows the new events add to ``view`` (and take back from it)."""
+        rows = compile.own(compile.inputs(view, new))
+        for join in view.joins:
+            if isinstance(join, FollowedBy):
+                rows = rows.unionByName(self._flagged(view, join, rows, new, mark))
+        if isinstance(view.window, Session):
+            rows = self._sessions(view, rows, grown)
+        return rows
+
+    def _flagged(self, view: View, join: FollowedBy, rows: DataFrame, new: DataFrame,
+                 mark: datetime | None) -> DataFrame:
+        """Flagged copies of the rows that a follower now follows for the first time: new rows that an
+        earlier or new follower follows, and earlier rows that only a new follower follows."""
+        followers = compile.followers(join, new)
+        earlier = self.state.recent(None if mark is None else mark - join.within)
+        if earlier is None:
+            return compile.flagged(view, join, rows, followers)
+        known = compile.followers(join, earlier)
+        flagged_new = compile.flagged(view, join, rows, known.unionByName(followers))
+        candidates = compile.own(compile.inputs(view, earlier))
+        newly = compile.flagged(view, join, compile.flagged(view, join, candidates, followers), known, how="left_anti")
+        return flagged_new.unionByName(newly)
+
+    def _sessions(self, view: View, rows: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
+        """Session rows: the sessions the new events start or change (+1) and, taken back (-1), the
+        open sessions they changed. ``grown[view]`` gets the open sessions after the batch."""
+        per = view.window.per
+        spans = compile.spans(view, rows)
+        keys = spans.select(per).distinct()
+        open_sessions = self.state.sessions[view.name]
+        touched = open_sessions.join(keys, per, "left_semi")
+        after = compile.sessions(view, touched.unionByName(spans))
+        grown[view.name] = open_sessions.join(keys, per, "left_anti").unionByName(after)
+        return compile.session_rows(view, after).unionByName(compile.session_rows(view, touched, weight=-1))
+
+
+@contextmanager
+def _timed(steps: dict[str, float], step: str):
+    began = time.perf_counter()
+    yield
+    steps[step] = round(time.perf_counter() - began, 3)
