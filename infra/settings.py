@@ -77,7 +77,7 @@ class Settings:
         return self.run / "speed-health.json"
 
     def table(self, name: str) -> str:
-        """Path of a Delta table, e.g. ``raw_events``, ``speed/page_views_per_minute``."""
+        """Path of a Delta table, e.g. ``raw_events``, ``batch/page_views_per_minute``."""
         return str(self.data / name)
 
     def with_overrides(self, **changes) -> "Settings":

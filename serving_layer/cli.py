@@ -111,7 +111,7 @@ def _produce(settings, args) -> None:
 def _views(settings, as_json: bool) -> None:
     from serving_layer.engine import boundaries
     from views import all_views
-    from views.compile import state_columns
+    from views.compile import PARTIALS, state_columns
 
     bounds = boundaries(settings)
     listing = [{
@@ -119,8 +119,9 @@ def _views(settings, as_json: bool) -> None:
         "keys": list(v.keys), "measures": [m.name for m in v.measures],
         "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
         "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
-        "tables": {"batch": settings.table(f"batch/{v.name}"), "speed": settings.table(f"speed/{v.name}")},
-        "speed_only_columns": list(state_columns(v)),
+        "tables": {"batch": settings.table(f"batch/{v.name}"),
+                   "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
+        "speed_states": list(state_columns(v)),
         "boundary": bounds[v.name].isoformat(),
     } for v in all_views(settings.view_modules).values()]
     if as_json:

@@ -97,8 +97,7 @@ def main() -> int:
     states = run_batch(settings, say)
     say(f"batch runs: {sorted(states.values()).count('success')} succeeded")
     stream.join()
-    services.wait_for_landing(settings)
-    time.sleep(2 * settings.trigger_seconds)  # one more speed-view micro-batch after landing
+    services.wait_for_landing(settings)  # landing commits each micro-batch's speed partials first
     say(report(settings))
     return 0
 

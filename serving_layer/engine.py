@@ -58,7 +58,7 @@ def _sketch_estimate(sketch: bytes | None) -> int | None:
     return None if sketch is None else round(hll_sketch.deserialize(sketch).get_estimate())
 
 
-def _sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
+def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
     con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling="special")
     con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling="special")
@@ -69,7 +69,7 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the merged views and the raw tables registered."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    _sketch_functions(con)
+    sketch_functions(con)
     for name in TABLES:
         dataset = _dataset(settings, name)
         if dataset is not None:

@@ -73,7 +73,7 @@ class Fold:
                                    self.settings.table("late_events"), self.app_id, batch_id)
         with _timed(steps, "commit speed_partials"):
             tables.append_once(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials),
-                               self.settings.table(compile.PARTIALS), self.app_id, batch_id, ("view",))
+                               self.settings.table(compile.PARTIALS), self.app_id, batch_id, compile.PARTITIONS)
         with _timed(steps, "commit raw_events"):
             tables.append_once(valid, self.settings.table("raw_events"), self.app_id, batch_id, ("event_date",))
         self.state.advance(new, newest)

@@ -23,7 +23,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from views import compile
+from views import compile, events
 from views.model import Session, View
 
 #: Recent events are kept in pieces, one per micro-batch; this many are folded into one.
@@ -89,6 +89,14 @@ def empty_sessions(spark: SparkSession, view: View) -> DataFrame:
     return spark.createDataFrame([], f"{view.window.per} string, start timestamp, last timestamp, events bigint")
 
 
+def newest_event(raw_events: DataFrame) -> datetime | None:
+    """The newest event time landed (read from the newest event_date partition only)."""
+    newest_day = raw_events.agg(F.max("event_date")).first()[0]
+    if newest_day is None:
+        return None
+    return raw_events.where(F.col("event_date") == newest_day).agg(F.max("event_time")).first()[0]
+
+
 def restore(spark: SparkSession, raw_events: DataFrame, views: list[View], delay: timedelta) -> State:
     """The state after the micro-batches landed in ``raw_events``.
 
@@ -98,10 +106,9 @@ def restore(spark: SparkSession, raw_events: DataFrame, views: list[View], delay
     """
     state = State(views, delay)
     state.sessions = {v.name: empty_sessions(spark, v) for v in views if isinstance(v.window, Session)}
-    newest_day = raw_events.agg(F.max("event_date")).first()[0]
-    if newest_day is None:
+    state.newest = newest_event(raw_events)
+    if state.newest is None:
         return state
-    state.newest = raw_events.where(F.col("event_date") == newest_day).agg(F.max("event_time")).first()[0]
     longest = max((v.window.longest for v in views if isinstance(v.window, Session)), default=timedelta())
     oldest = state.watermark - max(state.follow, longest)
     rows = raw_events.where((F.col("event_date") >= oldest.date()) & (F.col("event_time") >= F.lit(oldest)))
@@ -111,7 +118,7 @@ def restore(spark: SparkSession, raw_events: DataFrame, views: list[View], delay
         Window.orderBy("ingested_at").rowsBetween(Window.unboundedPreceding, -1)).alias("_before"))
     counted = (seen.join(before, "ingested_at")
                .where(F.col("_before").isNull() | (F.col("event_time") >= F.col("_before") - F.lit(delay)))
-               .drop("_before"))
+               .select(*events.EVENT_COLUMNS))
     counted = checkpoint(counted)
     state.pieces = [checkpoint(counted.where(F.col("event_time") >= F.lit(state.horizon)))]
     for view in views:

@@ -1,0 +1,135 @@
+"""The speed layer's state survives a restart exactly: a fold rebuilt from raw_events goes on as the
+uninterrupted one would, after a clean stop, after a crash between the partials commit and the
+raw_events commit, and when a fully committed micro-batch is replayed. Every view, including
+sessions (taken back and grown) and the search -> click join."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+from delta.tables import DeltaTable
+
+from infra import generator
+from infra.generator import Mix
+from infra.settings import load
+from speed_layer import queries
+from speed_layer.compact import compact
+from speed_layer.fold import Fold
+from tests.compare import merged_rows
+from tests.integration.records import kafka_frame
+from views import all_views, timebase
+from views.compile import PARTIALS
+
+pytestmark = pytest.mark.integration
+
+CUTS = 5
+
+
+@pytest.fixture(scope="module")
+def records():
+    start = timebase.day_start(datetime(2026, 6, 1).date())
+    return generator.generate(start, start + timedelta(hours=3), 1200, seed=3,
+                              mix=Mix(late=0.05, duplicate=0.08, malformed=0.02, late_by=(12, 40)))
+
+
+def _home(tmp_path_factory, deployment, name):
+    home = tmp_path_factory.mktemp(name)
+    (home / "settings.json").write_text((deployment.home / "settings.json").read_text())
+    return load(home)
+
+
+def _batches(spark, records):
+    step = len(records) // CUTS + 1
+    return [kafka_frame(spark, records[i:i + step]) for i in range(0, len(records), step)]
+
+
+def _speed(settings):
+    return {name: merged_rows(settings, view) for name, view in all_views(settings.view_modules).items()}
+
+
+@pytest.fixture(scope="module")
+def folded(spark, deployment, tmp_path_factory, records):
+    """A deployment whose speed layer folded every record without a restart."""
+    settings = _home(tmp_path_factory, deployment, "fold-once")
+    queries.ensure_tables(spark, settings)
+    fold = Fold(spark, settings, list(all_views(settings.view_modules).values()), "fold")
+    for batch_id, batch in enumerate(_batches(spark, records)):
+        fold(batch, batch_id)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(folded):
+    return _speed(folded)
+
+
+def _restarted(spark, settings, records, before_restart: int, crash=None):
+    """Fold the first ``before_restart`` micro-batches, ``crash`` the table state, then go on with a
+    fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``."""
+    views = list(all_views(settings.view_modules).values())
+    queries.ensure_tables(spark, settings)
+    batches = _batches(spark, records)
+    fold = Fold(spark, settings, views, "fold")
+    for batch_id in range(before_restart):
+        fold(batches[batch_id], batch_id)
+    if crash:
+        crash(settings)
+    fold = Fold(spark, settings, views, "fold")
+    for batch_id in range(before_restart - 1, len(batches)):
+        fold(batches[batch_id], batch_id)
+    return _speed(settings)
+
+
+def _lose_last_raw_events_commit(settings):
+    """The process died after committing the partials of its last micro-batch, before raw_events."""
+    from pyspark.sql import SparkSession
+
+    table = DeltaTable.forPath(SparkSession.getActiveSession(), settings.table("raw_events"))
+    table.restoreToVersion(table.history(2).collect()[-1]["version"])
+
+
+@pytest.mark.parametrize("crash", [None, _lose_last_raw_events_commit], ids=["replayed", "crashed-before-raw-events"])
+def test_a_fold_rebuilt_from_the_tables_goes_on_exactly(spark, deployment, tmp_path_factory, records,
+                                                         uninterrupted, crash):
+    settings = _home(tmp_path_factory, deployment, "fold-restarted")
+    restarted = _restarted(spark, settings, records, before_restart=3, crash=crash)
+    assert set(restarted) == set(uninterrupted)
+    for name, rows in uninterrupted.items():
+        assert set(restarted[name]) == set(rows), name
+        for key, row in rows.items():
+            assert restarted[name][key] == row, (name, key)
+
+
+def test_sessions_show_while_open_and_grow(spark, tables):
+    """One user's events a minute apart in three micro-batches: the open session shows after the first
+    and grows; events from another hour make it start earlier, moving it to that hour."""
+    view = all_views()["sessions_hourly"]
+    queries.ensure_tables(spark, tables)
+    fold = Fold(spark, tables, [view], "sessions")
+    start = datetime(2026, 6, 1, 10, 58, tzinfo=timebase.UTC)
+
+    def event(i: int, minutes: int) -> generator.Record:
+        body = {"event_id": f"e{i}", "event_type": "page_view", "user_id": "u1", "session_id": "s1", "page": "/",
+                "event_time": (start + timedelta(minutes=minutes)).isoformat()}
+        return generator.Record(start, b"u1", json.dumps(body).encode(), "valid")
+
+    seen = []
+    for batch_id, minutes in enumerate([(3, 4), (5,), (-1,)]):  # 11:01, 11:02, then 11:03, then 10:57
+        records = [event(len(seen) + i, m) for i, m in enumerate(minutes)]
+        seen += records
+        fold(kafka_frame(spark, records), batch_id)
+        seen_rows = {k[0].hour: (r["sessions"], r["avg_events"]) for k, r in merged_rows(tables, view).items()}
+        assert seen_rows == [{11: (1, 2.0)}, {11: (1, 3.0)}, {10: (1, 4.0)}][batch_id]
+
+
+def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, uninterrupted):
+    partials = lambda: spark.read.format("delta").load(folded.table(PARTIALS))  # noqa: E731
+    before = partials().groupBy("view").count().collect()
+    folded_hours = compact(spark, folded)
+    assert folded_hours.get("page_views_per_minute", 0) >= 1 and "sessions_hourly" not in folded_hours
+    after = {r["view"]: r["count"] for r in partials().groupBy("view").count().collect()}
+    assert all(after[r["view"]] < r["count"] for r in before if r["view"] in folded_hours)
+    assert _speed(folded) == uninterrupted
+    assert compact(spark, folded) == {}  # nothing left to fold
