@@ -1,4 +1,5 @@
-"""``python -m bench [--events N]`` (``make bench``): run the benchmarks and rewrite BENCHMARKS.md."""
+"""``python -m bench`` (``make bench``): measure the speed layer against a bare Structured Streaming
+job in one run, and rewrite BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -6,34 +7,42 @@ import argparse
 import os
 import platform
 import shlex
+import shutil
+import statistics
 import sys
+import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from importlib.metadata import version
 from pathlib import Path
 
-from bench import speed_layer_rate
-from infra.processes import ServiceError
-from infra.settings import REPO
+from bench import live, throughput
+from infra import generator, kafka, processes, producer
+from infra.settings import REPO, Settings
 from serving_layer.cli import Parser
 
 REPORT = REPO / "BENCHMARKS.md"
+#: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
+PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080}
+JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
 
 
-def _events(text: str) -> int:
+def _count(text: str) -> int:
     try:
         value = int(text.replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of events, got {text!r}") from None
-    if value < speed_layer_rate.MIN_EVENTS:
-        raise argparse.ArgumentTypeError(
-            f"at least {speed_layer_rate.MIN_EVENTS:,} events are needed to measure a rate, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
 
 
 def _parser() -> Parser:
     parser = Parser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--events", type=_events, default=200_000,
-                        help="events in the backlog the speed layer drains (default 200000: minutes on 2 cores)")
+    parser.add_argument("--events", type=_count, default=1_000_000, help="events in the backlog (default 1000000)")
+    parser.add_argument("--runs", type=_count, default=3, help="drains of the backlog per job (default 3)")
+    parser.add_argument("--steady-seconds", type=_count, default=300, help="seconds per steady rate tried (default 300)")
+    parser.add_argument("--markers", type=_count, default=30, help="freshness markers (default 30)")
     return parser
 
 
@@ -45,11 +54,8 @@ def machine() -> str:
     kib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal:")))
     return (f"{len(os.sched_getaffinity(0))} CPUs (`nproc`), {model}; {kib / 2**20:.1f} GiB memory; "
-            f"{platform.system()} {platform.release()}; Python {platform.python_version()}")
-
-
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+            f"{platform.system()} {platform.release()}; Python {platform.python_version()}; pyspark "
+            f"{version('pyspark')}, delta-spark {version('delta-spark')}, Kafka broker {kafka.version()}")
 
 
 def _command(argv: list[str]) -> str:
@@ -58,52 +64,127 @@ def _command(argv: list[str]) -> str:
     return shlex.join(["PYTHONPATH=.", os.path.relpath(sys.executable, REPO), "-m", "bench", *argv])
 
 
-def _method(doc: str | None) -> str:
-    """A benchmark's docstring after its summary line, as Markdown."""
-    return (doc or "").split("\n", 1)[-1].strip().replace("``", "`")
+def _deployment(root: Path, name: str, **settings) -> Settings:
+    return Settings(home=root / name).save(**PORTS, **settings)
 
 
-def render(result: speed_layer_rate.Result, command: str, date: str, load: tuple[str, str],
-           seconds: float) -> str:
-    table = ["| metric | value | baseline | ratio |", "|---|---|---|---|",
-             *(f"| {' | '.join(row)} |" for row in result.rows())]
+def _backlog(settings: Settings, events: int, say) -> int:
+    now = datetime.now(timezone.utc)
+    records = generator.generate(now - timedelta(hours=1), now, events)
+    say(f"producing a backlog of {len(records):,} events: {generator.counts(records)}")
+    sent = producer.send(settings, records)
+    total = sum(kafka.end_offsets(settings, settings.events_topic).values())
+    if sent != len(records) or total != sent:
+        raise RuntimeError(f"produced {len(records)} records, {sent} acknowledged, {total} in the topic")
+    return total
+
+
+def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput.Drain]]:
+    drains = {job: [] for job in JOBS}
+    for run in range(runs):
+        for job in JOBS:
+            settings = _deployment(root, f"run{run}-{JOBS.index(job)}",
+                                   **({"speed_views": []} if job == JOBS[1] else {}))
+            drain = throughput.bare(settings, total) if job == JOBS[0] else throughput.speed(settings, total)
+            say(f"run {run + 1}, {job}: {total / drain.seconds:,.0f} events/s ({drain.seconds:.1f} s)")
+            drains[job].append(drain)
+            shutil.rmtree(settings.data, ignore_errors=True)
+    return drains
+
+
+def _live(root: Path, rates: list[float], seconds: int, markers: int, say):
+    from infra import services
+
+    settings = _deployment(root, "live", events_topic="live")
+    kafka.ensure_topics(settings)
+    services.start_speed(settings)
+    try:
+        say(f"freshness: {markers} markers over a steady 1,000 events/s ...")
+        fresh = live.freshness(settings, markers)
+        steady = []
+        for i, rate in enumerate(rates):
+            say(f"steady: {rate:,.0f} events/s for {seconds} s ...")
+            steady.append(live.steady(settings, rate, seconds, seed=10 + i))
+            say(f"  kept up: {steady[-1].kept_up} (median lag {steady[-1].lag_last_minute:,.0f} in the last minute)")
+        return fresh, steady
+    finally:
+        services.stop_speed(settings)
+
+
+def render(total: int, drains, fresh, steady, command: str, date: str, minutes: float) -> str:
+    baseline = throughput.median_rate(total, drains[JOBS[0]])
+    rows = [f"| {job} | {throughput.median_rate(total, runs):,.0f} | "
+            f"{', '.join(f'{total / d.seconds:,.0f}' for d in runs)} | "
+            f"{throughput.median_rate(total, runs) / baseline:.2f} |" for job, runs in drains.items()]
+    full = drains[JOBS[2]]
+    memory = " · ".join(f"run {i + 1}: {' → '.join(f'{m:,.0f}' for m in d.memory_mb)} MB" for i, d in enumerate(full))
+    steps = {step: statistics.median(d.steps.get(step, 0) for d in full) for step in full[0].steps}
+    spent = sum(steps.values())
+    step_rows = [f"| {step} | {seconds:,.1f} | {seconds / spent:.0%} |"
+                 for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1])]
+    fresh_rows = [f"| {view} | {_p(times, 0.5)} | {_p(times, 0.95)} | {_p(times, 0.99)} | "
+                  f"{sum(t == float('inf') for t in times)} |" for view, times in sorted(fresh.items())]
+    steady_rows = [f"| {s.rate:,.0f} | {s.processed_per_second:,.0f} | {s.lag_second_minute:,.0f} | "
+                   f"{s.lag_last_minute:,.0f} | {'yes' if s.kept_up else 'no'} |" for s in steady]
+    kept = [s.rate for s in steady if s.kept_up]
     return "\n".join([
-        "# Benchmarks",
+        "# Benchmarks", "",
+        "Written by `make bench` (`bench/`): every figure comes from one run, each against a baseline measured "
+        "in the same run.", "",
+        "## Throughput: draining a backlog", "", _doc(throughput), "",
+        f"Backlog: {total:,} records. Events/s: median of {len(full)} drains (each drain listed).", "",
+        "| job | events/s | drains | ratio to baseline |", "|---|---|---|---|", *rows, "",
+        f"Memory of the speed layer (driver and JVM, resident) at each quarter of the drain with all views: {memory}.",
         "",
-        "Written by `make bench` (`bench/`); every figure is compared with a baseline measured in the same run.",
-        "",
-        "## Speed layer sustained rate",
-        "",
-        _method(speed_layer_rate.__doc__),
-        "",
-        *table,
-        "",
-        *(f"- {note}" for note in result.notes()),
-        "",
-        "## Run",
-        "",
+        "### Where a micro-batch's time goes (landing + all views; seconds over the whole drain, median of drains)",
+        "", "| step | seconds | share |", "|---|---|---|", *step_rows, "",
+        "## Steady rate", "", _doc(live).split("- **Freshness:**")[0].split("- **Steady rate:**")[0].strip(), "",
+        "- **Steady rate:**" + _doc(live).split("- **Steady rate:**")[1].split("- **Freshness:**")[0].rstrip(), "",
+        "| input events/s | processed events/s | median lag, 2nd minute | median lag, last minute | kept up |",
+        "|---|---|---|---|---|", *steady_rows, "",
+        f"Highest steady rate kept up with: {max(kept):,.0f} events/s." if kept else
+        "No rate tried was kept up with.", "",
+        "## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",
+        "| view | p50 s | p95 s | p99 s | not seen in 30 s |", "|---|---|---|---|---|", *fresh_rows, "",
+        "## Run", "",
         f"- Command: `{command}`",
-        f"- Date: {date}, {seconds / 60:.1f} min in all",
-        f"- Machine: {machine()}",
-        f"- Load average (1, 5, 15 min) before the run: {load[0]}; after: {load[1]} "
-        "(above the CPU count, other work competed for the cores)",
-        "",
+        f"- Date: {date}, {minutes:.0f} min in all",
+        f"- Machine: {machine()}", "",
     ])
+
+
+def _p(times: list[float], share: float) -> str:
+    value = live.percentile(times, share)
+    return "∞" if value == float("inf") else f"{value:.1f}"
+
+
+def _doc(module) -> str:
+    return (module.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
-    date, before, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), _load(), time.monotonic()
+    say = lambda text: print(text, flush=True)  # noqa: E731
+    date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="lambdalake-bench-"))
+    broker = _deployment(root, "broker")
     try:
-        result = speed_layer_rate.run(args.events)
-    except (ServiceError, RuntimeError, TimeoutError) as exc:
+        say(f"starting Kafka on {broker.kafka_bootstrap} (under {root}) ...")
+        kafka.start(broker)
+        total = _backlog(broker, args.events, say)
+        drains = _drains(root, total, args.runs, say)
+        full = throughput.median_rate(total, drains[JOBS[2]])
+        rates = [round(full * share, -2) for share in (0.5, 0.8)]
+        fresh, steady = _live(root, rates, args.steady_seconds, args.markers, say)
+    except (processes.ServiceError, RuntimeError, TimeoutError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
-    REPORT.write_text(render(result, _command(argv), date, (before, _load()), time.monotonic() - began))
-    for metric, value, baseline, ratio in result.rows():
-        print(f"{metric}: {value} (baseline {baseline}, ratio {ratio})")
-    print(f"wrote {REPORT.relative_to(REPO)}")
+    finally:
+        kafka.stop(broker)
+        shutil.rmtree(root, ignore_errors=True)
+    REPORT.write_text(render(total, drains, fresh, steady, _command(argv), date, (time.monotonic() - began) / 60))
+    say(f"wrote {REPORT.relative_to(REPO)}")
     return 0
 
 

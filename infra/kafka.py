@@ -58,6 +58,12 @@ def _java(settings: Settings, main: str, *args: str, heap: str = "256m") -> list
             f"-Dlog4j2.configurationFile={_dir(settings) / 'log4j2.properties'}", main, *args]
 
 
+def version() -> str:
+    """The broker's version, from its jar's name (``kafka_2.13-4.1.1.jar``)."""
+    jar = next((JAR_CACHE / "kafka").glob("kafka_2.13-*.jar"), None)
+    return jar.stem.split("-", 1)[1] if jar else "unknown"
+
+
 def _format_storage(settings: Settings) -> None:
     """Write the config and format the KRaft storage once (a formatted log dir is kept)."""
     home = _dir(settings)

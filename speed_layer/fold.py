@@ -67,13 +67,14 @@ class Fold:
             with _timed(steps, "commit dead_letters"):
                 tables.append_once(events.dead_letters(parsed), self.settings.table("dead_letters"), self.app_id,
                                    batch_id, ("dead_letter_date",))
-        if late:
+        if late and self.views:
             with _timed(steps, "commit late_events"):
                 tables.append_once(late_events.count(valid, self.views, mark, batch_id),
                                    self.settings.table("late_events"), self.app_id, batch_id)
-        with _timed(steps, "commit speed_partials"):
-            tables.append_once(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials),
-                               self.settings.table(compile.PARTIALS), self.app_id, batch_id, compile.PARTITIONS)
+        if partials:
+            with _timed(steps, "commit speed_partials"):
+                tables.append_once(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials),
+                                   self.settings.table(compile.PARTIALS), self.app_id, batch_id, compile.PARTITIONS)
         with _timed(steps, "commit raw_events"):
             tables.append_once(valid, self.settings.table("raw_events"), self.app_id, batch_id, ("event_date",))
         self.state.advance(new, newest)

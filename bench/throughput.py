@@ -1,0 +1,107 @@
+"""Throughput: how fast a pre-produced backlog drains.
+
+A backlog of generated events (the default mix: late, resent and malformed ones among them, event times
+over the last hour) is produced to the benchmark's broker first, so the producer is not in the measured
+path. Then each job drains the whole topic from its start, in a deployment of its own:
+
+- the baseline, a bare Structured Streaming job (``bench/bare_stream.py``);
+- the speed layer landing alone (``speed_views`` empty): parse, validate, raw_events, dead_letters;
+- the speed layer landing plus every speed view.
+
+All three run with the same trigger (a micro-batch at most every ``trigger_seconds``, back to back
+under a backlog) and ``maxOffsetsPerTrigger`` (a memory guard). A drain's time runs from the start of
+its first micro-batch to the end of the micro-batch that reached Kafka's end offsets, both in Spark's
+own progress reports; JVM and query start-up are left out for every job alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from bench import bare_stream
+from infra import processes, services
+from infra import spark as sparks
+from infra.settings import Settings
+
+TIMEOUT = 1800  # seconds one drain may take
+
+
+@dataclass
+class Drain:
+    seconds: float
+    batches: int
+    #: Resident memory of the speed layer's processes (Python driver and JVM) at each quarter of the drain.
+    memory_mb: list[float] = field(default_factory=list)
+    #: Seconds per step, summed over the micro-batches seen.
+    steps: dict[str, float] = field(default_factory=dict)
+
+
+def _end(progress_start: str, durations_ms: dict) -> float:
+    return processes.parse_utc(progress_start) + durations_ms.get("triggerExecution", 0) / 1000
+
+
+def bare(settings: Settings, total: int) -> Drain:
+    """Drain the topic with the bare Structured Streaming job, in this process."""
+    spark = sparks.session(settings, "lambdalake-bench-bare")
+    query = bare_stream.start(spark, settings)
+    try:
+        deadline, first = time.monotonic() + TIMEOUT, None
+        while time.monotonic() < deadline:
+            if query.exception():
+                raise RuntimeError(f"the bare stream failed: {query.exception()}")
+            progress = query.recentProgress
+            if progress:
+                first = first or progress[0]
+                last = progress[-1]
+                done = sum(o for topic in (last["sources"][0]["endOffset"] or {}).values() for o in topic.values())
+                if done >= total:
+                    return Drain(_end(last["timestamp"], last["durationMs"]) - processes.parse_utc(first["timestamp"]),
+                                 last["batchId"] + 1)
+            time.sleep(0.2)
+        raise TimeoutError(f"the bare stream did not drain {total:,} records in {TIMEOUT}s")
+    finally:
+        query.stop()
+        spark.stop()
+
+
+def _memory_mb(pid: int) -> float:
+    process = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+
+
+def speed(settings: Settings, total: int) -> Drain:
+    """Drain the topic with the speed layer's own process, watching its health report."""
+    services.start_speed(settings)
+    pid = processes.running_pid(settings, services.SPEED)
+    try:
+        deadline, first, seen, memory, steps = time.monotonic() + TIMEOUT, None, set(), {}, {}
+        while time.monotonic() < deadline:
+            report = services.speed_health(settings)
+            if report is None:
+                raise processes.ServiceError(f"the speed layer stopped while draining"
+                                             f"{processes.log_tail(processes.log_file(settings, services.SPEED))}")
+            query = report["queries"]["landing"]
+            if query["last_progress"]:
+                first = first or query["last_progress"]
+                if query["batch_id"] not in seen:
+                    seen.add(query["batch_id"])
+                    for step, seconds in report["steps"].items():
+                        steps[step] = steps.get(step, 0) + seconds
+                done = sum(report["processed_offsets"].values())
+                memory.setdefault(min(4, 4 * done // total), _memory_mb(pid))
+                if done >= total:
+                    quarters = [memory[q] for q in sorted(memory)]
+                    return Drain(_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
+                                 query["batch_id"] + 1, quarters, steps)
+            time.sleep(0.2)
+        raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")
+    finally:
+        services.stop_speed(settings)
+
+
+def median_rate(total: int, drains: list[Drain]) -> float:
+    return statistics.median(total / d.seconds for d in drains)
