@@ -45,6 +45,8 @@ class Settings:
     view_modules: tuple[str, ...] = ()
     #: The views the speed layer keeps up to date (None: all of them); the others are batch only.
     speed_views: tuple[str, ...] | None = None
+    #: Time each speed view apart in the health report's steps (one more Spark job per view and batch).
+    speed_profile: bool = False
 
     @property
     def kafka_bootstrap(self) -> str:

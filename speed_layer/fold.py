@@ -9,14 +9,15 @@ with each micro-batch ``n``:
 3. each speed view's partial aggregates of the new events, with the state the view needs (the events
    a click may still follow, the sessions a new event may extend or join: a grown session is
    retracted and added again, so open sessions show and grow);
-4. the commits, each skipped if micro-batch ``n`` of this query was committed there before (Delta's
-   ``txnAppId``/``txnVersion``): dead_letters and late_events (when the batch has any), the partials
-   of every view in one commit to speed_partials, then raw_events, last.
+4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
+   (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any) and the
+   partials of every view in one commit to speed_partials, side by side; then raw_events, last.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from functools import reduce
@@ -34,8 +35,10 @@ from views.model import FollowedBy, Session, View
 class Fold:
     """The speed layer's work on one micro-batch, and the state it keeps between them."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str) -> None:
-        self.settings, self.views, self.app_id = settings, views, app_id
+    def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str,
+                 profile: bool = False) -> None:
+        self.settings, self.views, self.profile = settings, views, profile
+        self.appends = tables.BatchAppends(app_id)
         raw_events = spark.read.format("delta").load(settings.table("raw_events"))
         self.state = state.restore(spark, raw_events, views, state.duration(settings.watermark))
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
@@ -43,7 +46,7 @@ class Fold:
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        spark, steps, mark = records.sparkSession, {}, self.state.watermark
+        steps, mark = {}, self.state.watermark
         with _timed(steps, "parse"):
             parsed = events.parse(records, self.settings.max_payload_bytes,
                                   self.settings.future_horizon_seconds).persist()
@@ -54,29 +57,14 @@ class Fold:
                 F.count_if(F.col("reason").isNull() & (F.col("event_time") < F.lit(mark)))).first()
         with _timed(steps, "dedupe"):
             new = self._new(valid, mark)
-        dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
-                      for view in self.views for name in compile.dimension_tables(view)}
         grown: dict[str, DataFrame] = {}
-        partials = []
-        for view in self.views:
-            with _timed(steps, f"view {view.name}"):
-                rows = self._rows(view, new, mark, grown)
-                rows = compile.enrich(view, rows, dimensions, as_of=False)
-                partials.append(state.checkpoint(compile.packed(view, compile.aggregate(view, rows, exact=False))))
-        if dead:
-            with _timed(steps, "commit dead_letters"):
-                tables.append_once(events.dead_letters(parsed), self.settings.table("dead_letters"), self.app_id,
-                                   batch_id, ("dead_letter_date",))
-        if late and self.views:
-            with _timed(steps, "commit late_events"):
-                tables.append_once(late_events.count(valid, self.views, mark, batch_id),
-                                   self.settings.table("late_events"), self.app_id, batch_id)
-        if partials:
-            with _timed(steps, "commit speed_partials"):
-                tables.append_once(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials),
-                                   self.settings.table(compile.PARTIALS), self.app_id, batch_id, compile.PARTITIONS)
-        with _timed(steps, "commit raw_events"):
-            tables.append_once(valid, self.settings.table("raw_events"), self.app_id, batch_id, ("event_date",))
+        partials = self._partials(records.sparkSession, new, mark, grown, steps)
+        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if dead else None,
+                (late_events.count(valid, self.views, mark, batch_id), "late_events", ()) if late and self.views else None,
+                (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
+        with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
+            list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
+        self._commit(steps, batch_id, valid, "raw_events", ("event_date",))
         self.state.advance(new, newest)
         for view in self.views:
             if view.name in grown:
@@ -85,6 +73,28 @@ class Fold:
         self.timings = steps
         for name, count in (("records", total), ("dead_letters", dead), ("late_events", late)):
             self.totals[name] += count
+
+    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame, table: str,
+                partition_by: tuple[str, ...]) -> None:
+        step = f"commit {table}" if table != compile.PARTIALS else "views + commit speed_partials"
+        with _timed(steps, step):
+            self.appends.append(rows, self.settings.table(table), batch_id, partition_by)
+
+    def _partials(self, spark: SparkSession, new: DataFrame, mark: datetime | None, grown: dict[str, DataFrame],
+                  steps: dict[str, float]) -> DataFrame | None:
+        """Every view's partials of the new events as rows of the partials table (computed as the
+        table is written; with ``profile``, each view computed apart first, to time it)."""
+        dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
+                      for view in self.views for name in compile.dimension_tables(view)}
+        partials = []
+        for view in self.views:
+            rows = compile.enrich(view, self._rows(view, new, mark, grown), dimensions, as_of=False)
+            packed = compile.packed(view, compile.aggregate(view, rows, exact=False))
+            if self.profile:
+                with _timed(steps, f"view {view.name}"):
+                    packed = state.checkpoint(packed)
+            partials.append(packed)
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials) if partials else None
 
     def _new(self, valid: DataFrame, mark: datetime | None) -> DataFrame:
         """The first copy of each event of ``valid`` that is neither late nor seen before."""

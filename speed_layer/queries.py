@@ -70,7 +70,7 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
     ``start`` is the (txnAppId, startingOffsets) pair from :func:`speed_layer.resume.plan`.
     """
     app_id, starting_offsets = start
-    fold = Fold(spark, settings, speed_views(settings), app_id)
+    fold = Fold(spark, settings, speed_views(settings), app_id, profile=settings.speed_profile)
     query = _start(_kafka(spark, settings, settings.events_topic, starting_offsets), LANDING,
                    settings.checkpoints / LANDING, fold, settings.trigger_seconds)
     return query, fold
@@ -83,13 +83,15 @@ def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
     app_id, _ = resume.app_id(checkpoint)
     changelog, dimension = settings.table("product_changes"), settings.table("products")
 
+    appends = tables.BatchAppends(app_id)
+
     def land(records: DataFrame, batch_id: int) -> None:
         parsed = products.parse(records).persist()
         changes, dead = products.changes(parsed), events.dead_letters(parsed)
         if not dead.isEmpty():
-            tables.append_once(dead, settings.table("dead_letters"), app_id, batch_id, ("dead_letter_date",))
+            appends.append(dead, settings.table("dead_letters"), batch_id, ("dead_letter_date",))
         if not changes.isEmpty():
-            tables.append_once(changes, changelog, app_id, batch_id)
+            appends.append(changes, changelog, batch_id)
             current = products.dimension(records.sparkSession.read.format("delta").load(changelog))
             current.write.format("delta").mode("overwrite").save(dimension)
         parsed.unpersist()

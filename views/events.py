@@ -51,6 +51,8 @@ RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2}
 EVENT_COLUMNS = ("event_id", "event_time", "event_type", "user_id", "session_id",
                  "page", "query", "product_id", "quantity", "amount")
 KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")
+#: What ``parse`` keeps of them: the payload only as ``raw`` bytes, made text when landed.
+_KAFKA_KEPT = tuple(c for c in KAFKA_COLUMNS if c != "payload")
 
 
 def _json_type(variant: Column, name: str) -> Column:
@@ -112,7 +114,6 @@ def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: in
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
-        payload.alias("payload"),
         F.current_timestamp().alias("ingested_at"),
         F.from_json(payload, _TYPED).alias("typed"),
         F.from_json(payload, _TEXT, _JSON_OPTIONS).alias("text"),
@@ -126,13 +127,15 @@ def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: in
         *(F.col(f"typed.{c}").alias(c) for c in EVENT_COLUMNS if c != "event_time"),
         event_time.alias("event_time"),
         F.to_date(event_time).alias("event_date"),
-        *KAFKA_COLUMNS, "raw", reason.alias("reason"),
-    ).select(*EVENT_COLUMNS, "event_date", *KAFKA_COLUMNS, "raw", "reason")
+        *_KAFKA_KEPT, "raw", reason.alias("reason"),
+    ).select(*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason")
 
 
 def landed(parsed: DataFrame) -> DataFrame:
     """The valid records of ``parse``'s output, as raw_events rows."""
-    return parsed.where(F.col("reason").isNull()).select(*EVENT_COLUMNS, "event_date", *KAFKA_COLUMNS)
+    return parsed.where(F.col("reason").isNull()).select(
+        *EVENT_COLUMNS, "event_date", *(F.col("raw").cast("string").alias(c) if c == "payload" else c
+                                        for c in KAFKA_COLUMNS))
 
 
 def dead_letters(parsed: DataFrame) -> DataFrame:
