@@ -47,7 +47,7 @@ def _parser() -> Parser:
                               "deletions) over the same span to the products topic")
     produce.add_argument("--seed", type=int, default=7)
     speed = sub.add_parser("speed", help="control the speed layer's process")
-    speed.add_argument("action", choices=("start", "stop", "restart", "status"))
+    speed.add_argument("action", choices=("start", "stop", "restart", "status", "compact"))
     speed.add_argument("--resume-from-tables", action="store_true",
                        help="if the landing checkpoint is lost, go on after the offsets already landed")
     query = sub.add_parser("query", help="run SQL against the merged views")
@@ -189,6 +189,12 @@ def _speed(settings, action: str, resume_from_tables: bool) -> None:
     if action == "status":
         print(json.dumps(services.speed_health(settings), indent=1) if services.speed_health(settings)
               else "speed layer is not running")
+    if action == "compact":
+        from infra import spark as sparks
+        from speed_layer.compact import compact
+
+        folded = compact(sparks.session(settings, "lambdalake-compact"), settings)
+        print("; ".join(f"{view}: {hours} hours folded" for view, hours in folded.items()) or "nothing to fold")
 
 
 def run(argv: list[str]) -> None:

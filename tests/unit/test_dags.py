@@ -31,7 +31,7 @@ def batch_timetable(dagbag):
 
 def test_every_dag_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"batch_recompute", "late_data_recompute", "speed_layer_watchdog"}
+    assert set(dagbag.dag_ids) == {"batch_recompute", "late_data_recompute", "maintenance", "speed_layer_watchdog"}
     assert all(dag.doc_md for dag in dagbag.dags.values())
 
 
