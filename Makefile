@@ -4,7 +4,7 @@ JARS    := .cache/jars
 MVN     := mvn -q -B -s $(CURDIR)/infra/jvm/settings.xml
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test bench up down status
+.PHONY: setup demo test test-fast bench up down status
 
 setup: .venv/.installed $(JARS)/.resolved
 
@@ -27,6 +27,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q --durations=12
+
+test-fast: setup
+	$(PY) -m pytest -q tests/unit
 
 bench: setup
 	$(PY) -m bench
