@@ -30,7 +30,7 @@ def rows(spark: SparkSession, settings: Settings) -> DataFrame:
                .load())
     event = F.from_json(F.col("value").cast("string"), SCHEMA)
     parsed = records.select(event.alias("e"), "partition", "offset").select("e.*", "partition", "offset")
-    return parsed.withColumn("event_time", F.to_timestamp("event_time")).withColumn(
+    return parsed.withColumn("event_time", F.try_to_timestamp("event_time")).withColumn(
         "event_date", F.to_date("event_time"))
 
 

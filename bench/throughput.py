@@ -16,6 +16,7 @@ own progress reports; JVM and query start-up are left out for every job alike.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ def bare(settings: Settings, total: int) -> Drain:
         while time.monotonic() < deadline:
             if query.exception():
                 raise RuntimeError(f"the bare stream failed: {query.exception()}")
-            progress = query.recentProgress
+            progress = [json.loads(p.json) for p in query.recentProgress]
             if progress:
                 first = first or progress[0]
                 last = progress[-1]
@@ -69,8 +70,13 @@ def bare(settings: Settings, total: int) -> Drain:
 
 
 def _memory_mb(pid: int) -> float:
-    process = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+    process, rss = psutil.Process(pid), 0
+    for part in [process, *process.children(recursive=True)]:
+        try:
+            rss += part.memory_info().rss
+        except psutil.NoSuchProcess:  # a short-lived Python worker of Spark's
+            pass
+    return rss / 2**20
 
 
 def speed(settings: Settings, total: int) -> Drain:

@@ -161,10 +161,12 @@ def _status(settings, as_json: bool) -> None:
     print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}  pid {kafka['pid']}")
     speed, health = report["speed_layer"], report["speed_layer"]["health"] or {}
     print(f"speed layer  {'healthy' if speed['healthy'] else 'DOWN':8} pid {speed['pid']}  lag {health.get('lag')}"
-          f"  {health.get('error') or ''}")
+          f"  watermark {health.get('watermark')}  {health.get('error') or ''}")
     for name, query in (health.get("queries") or {}).items():
         print(f"  query {name}: batch {query['batch_id']}, last progress {query['last_progress']}, "
-              f"watermark {query['watermark']}")
+              f"{query['processed_rows_per_second'] or 0:,.0f} records/s")
+    if health.get("steps"):
+        print("  last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health["steps"].items()))
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")

@@ -55,17 +55,20 @@ class Fold:
                 F.max(F.when(F.col("reason").isNull(), F.col("event_time"))), F.count(F.lit(1)),
                 F.count_if(F.col("reason").isNotNull()),
                 F.count_if(F.col("reason").isNull() & (F.col("event_time") < F.lit(mark)))).first()
-        with _timed(steps, "dedupe"):
-            new = self._new(valid, mark)
         grown: dict[str, DataFrame] = {}
-        partials = self._partials(records.sparkSession, new, mark, grown, steps)
+        partials = None
+        if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
+            with _timed(steps, "dedupe"):
+                new = self._new(valid, mark)
+            partials = self._partials(records.sparkSession, new, mark, grown, steps)
+            self.state.remember(new)  # after the views' plans took the state before this batch
         side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if dead else None,
                 (late_events.count(valid, self.views, mark, batch_id), "late_events", ()) if late and self.views else None,
                 (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
         self._commit(steps, batch_id, valid, "raw_events", ("event_date",))
-        self.state.advance(new, newest)
+        self.state.advance(newest)
         for view in self.views:
             if view.name in grown:
                 self.state.close_sessions(view, grown[view.name])
@@ -81,7 +84,7 @@ class Fold:
             self.appends.append(rows, self.settings.table(table), batch_id, partition_by)
 
     def _partials(self, spark: SparkSession, new: DataFrame, mark: datetime | None, grown: dict[str, DataFrame],
-                  steps: dict[str, float]) -> DataFrame | None:
+                  steps: dict[str, float]) -> DataFrame:
         """Every view's partials of the new events as rows of the partials table (computed as the
         table is written; with ``profile``, each view computed apart first, to time it)."""
         dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
@@ -94,7 +97,7 @@ class Fold:
                 with _timed(steps, f"view {view.name}"):
                     packed = state.checkpoint(packed)
             partials.append(packed)
-        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials) if partials else None
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials)
 
     def _new(self, valid: DataFrame, mark: datetime | None) -> DataFrame:
         """The first copy of each event of ``valid`` that is neither late nor seen before."""

@@ -59,11 +59,13 @@ class State:
         events = reduce(DataFrame.unionByName, self.pieces)
         return events if since is None else events.where(F.col("event_time") >= F.lit(since))
 
-    def advance(self, new: DataFrame, newest: datetime | None) -> None:
-        """Remember a micro-batch's new events and its newest event time; forget what the moved
-        watermark makes useless."""
-        self.newest = max(filter(None, (self.newest, newest)), default=None)
+    def remember(self, new: DataFrame) -> None:
+        """Keep a micro-batch's new events (once its views are computed)."""
         self.pieces.append(new)
+
+    def advance(self, newest: datetime | None) -> None:
+        """Move the watermark past a micro-batch's newest event time; forget what it makes useless."""
+        self.newest = max(filter(None, (self.newest, newest)), default=None)
         if len(self.pieces) >= PIECES:
             self.pieces = [checkpoint(self.recent(self.horizon))]
 
