@@ -1,4 +1,4 @@
-"""Recompute batch views exactly from raw_events for whole UTC days, then advance the boundary.
+"""Recompute batch views exactly from raw_events for whole UTC days, then record those days final.
 
 Each view's days are replaced atomically (Delta ``replaceWhere``), so reruns and backfills converge;
 a day enters the ledger (serving_state) only after its rows are committed.
@@ -82,11 +82,11 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     now = datetime.now(timebase.UTC)
     done = spark.createDataFrame([(view.name, day, per_day.get(day, 0), now) for day in days], LEDGER)
     delta.upsert(done, ledger, ("view", "day"))
-    boundary = timebase.boundary(r.day for r in spark.read.format("delta").load(ledger)
-                                 .where(F.col("view") == view.name).select("day").collect())
+    final = timebase.spans(r.day for r in spark.read.format("delta").load(ledger)
+                           .where(F.col("view") == view.name).select("day").collect())
     count = sum(per_day.values())
-    log.info("batch %s: %d rows for %s..%s; boundary %s", view.name, count, days[0], days[-1], boundary)
-    return {"rows": count, "days": [d.isoformat() for d in days], "boundary": boundary.isoformat()}
+    log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
+    return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}
 
 
 def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:

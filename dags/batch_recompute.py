@@ -1,7 +1,7 @@
 """# batch_recompute
 
 Nightly batch layer: recompute every view, exactly, for the day that just ended, from the master
-dataset (`raw_events`), replacing that day in `batch/<view>` and advancing the serving boundary.
+dataset (`raw_events`), replacing that day in `batch/<view>` and recording that day final in the ledger.
 
 - **Which day.** The run that fires at midnight D has the data interval [D-1, D) and recomputes that
   day (a `CronDataIntervalTimetable`; Airflow 3's default cron timetable would give start == end).

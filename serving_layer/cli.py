@@ -109,11 +109,12 @@ def _produce(settings, args) -> None:
 
 
 def _views(settings, as_json: bool) -> None:
-    from serving_layer.engine import boundaries
+    from serving_layer.engine import finality
     from views import all_views
     from views.compile import PARTIALS, state_columns
+    from views.timebase import spans
 
-    bounds = boundaries(settings)
+    days = finality(settings)
     listing = [{
         "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
         "keys": list(v.keys), "measures": [m.name for m in v.measures],
@@ -122,7 +123,7 @@ def _views(settings, as_json: bool) -> None:
         "tables": {"batch": settings.table(f"batch/{v.name}"),
                    "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
         "speed_states": list(state_columns(v)),
-        "boundary": bounds[v.name].isoformat(),
+        "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
     } for v in all_views(settings.view_modules).values()]
     if as_json:
         print(json.dumps(listing, indent=1))
@@ -130,7 +131,8 @@ def _views(settings, as_json: bool) -> None:
     for v in listing:
         print(f"{v['name']}: {v['description']}\n  window {v['window']}; keys {', '.join(v['keys']) or '-'}; "
               f"measures {', '.join(v['measures'])} (approximate in speed: "
-              f"{', '.join(v['approximate_in_speed']) or 'none'})\n  boundary {v['boundary']}; "
+              f"{', '.join(v['approximate_in_speed']) or 'none'})\n  final days {v['final_days']}; "
+              f"provisional days {v['provisional_days']}\n  "
               f"batch {v['tables']['batch']}; speed {v['tables']['speed']}")
 
 

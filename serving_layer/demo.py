@@ -37,7 +37,7 @@ def run_batch(settings: Settings, say) -> dict[str, str]:
 
 
 def report(settings: Settings) -> str:
-    """Every view's rows per source and its boundary, a few merged rows, lag and counts."""
+    """Every view's rows per source and its final days, a few merged rows, lag and counts."""
     lines = []
 
     def table(sql: str) -> None:
@@ -46,14 +46,14 @@ def report(settings: Settings) -> str:
         columns, rows = engine.query(settings, sql)
         lines.append(tabulate(rows, headers=columns))
 
-    bounds = engine.boundaries(settings)
-    lines.append("\n== every view: rows per source (batch: final, before the boundary; speed: provisional) ==")
+    days = engine.finality(settings)
+    lines.append("\n== every view: rows per source (batch: its final days; speed: provisional) ==")
     table(" UNION ALL ".join(
-        f"SELECT '{name}' AS view, TIMESTAMPTZ '{bounds[name].isoformat()}' AS boundary, "
+        f"SELECT '{name}' AS view, '{timebase.spans(days[name]['final'])}' AS final_days, "
         f"count(*) FILTER (WHERE source = 'batch') AS batch_rows, count(*) FILTER (WHERE source = 'speed') "
         f"AS speed_rows, max(window_start) AS latest_window FROM \"{name}\"" for name in all_views(settings.view_modules)))
     view = "page_views_per_minute"
-    lines.append(f"\n== {view}: the latest speed rows and the last batch rows before the boundary ==")
+    lines.append(f"\n== {view}: the latest speed rows and the latest batch rows ==")
     table(f"(SELECT * FROM {view} WHERE source = 'speed' ORDER BY window_start DESC, page LIMIT 5) UNION ALL "
           f"(SELECT * FROM {view} WHERE source = 'batch' ORDER BY window_start DESC, page LIMIT 5) "
           f"ORDER BY window_start DESC, page")

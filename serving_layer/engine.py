@@ -1,12 +1,13 @@
 """The query engine analysts use: DuckDB over the Delta tables (read with delta-rs), no JVM.
 
-Every declared view is a SQL view of the same name, merged at its boundary; the master dataset and
-dead letters are there too, as ``raw_events`` and ``dead_letters``.
+Every declared view is a SQL view of the same name: batch rows of its final days and speed rows of the
+others (serving_layer.merge); the master dataset and dead letters are there too, as ``raw_events`` and
+``dead_letters``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
 import duckdb
 import pyarrow.compute as pc
@@ -16,7 +17,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
 from serving_layer.merge import merged_sql
-from views import all_views, compile, timebase
+from views import all_views, compile
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
           "product_changes", "products")
@@ -33,15 +34,22 @@ def _dataset(settings: Settings, name: str):
         return None
 
 
-def boundaries(settings: Settings) -> dict[str, datetime]:
-    """Each view's boundary, derived from the ledger of complete batch days."""
-    ledger = _dataset(settings, "serving_state")
-    table = ledger.to_table(columns=["view", "day"]) if ledger is not None else None
-    result = {}
+def _days(settings: Settings, table: str, view: str, day: str) -> dict[str, set[date]]:
+    """Per view, the distinct days of column ``day`` in ``table`` (empty sets if it does not exist)."""
+    dataset = _dataset(settings, table)
+    rows = dataset.to_table(columns=[view, day]) if dataset is not None else None
+    found = {}
     for name in all_views(settings.view_modules):
-        days = [] if table is None else table.filter(pc.equal(table["view"], name))["day"].to_pylist()
-        result[name] = timebase.boundary(days)
-    return result
+        values = [] if rows is None else rows.filter(pc.equal(rows[view], name))[day].to_pylist()
+        found[name] = {v.date() if isinstance(v, datetime) else v for v in values}
+    return found
+
+
+def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
+    """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
+    final = _days(settings, "serving_state", "view", "day")
+    speed = _days(settings, compile.PARTIALS, "view", "window_hour")
+    return {name: {"final": days, "provisional": speed[name] - days} for name, days in final.items()}
 
 
 def _sketch_union(sketches: list[bytes | None]) -> bytes | None:
@@ -70,24 +78,26 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     sketch_functions(con)
+    registered = set()
     for name in TABLES:
         dataset = _dataset(settings, name)
         if dataset is not None:
             con.register(name, dataset)
+            registered.add(name)
     partials = _dataset(settings, compile.PARTIALS)
     if partials is not None:
         con.register(compile.PARTIALS, partials)
-    bounds = boundaries(settings)
+    ledger = "serving_state" if "serving_state" in registered else None
     for name, view in all_views(settings.view_modules).items():
-        relations = {}
+        relations = {"ledger": ledger}
         batch = _dataset(settings, f"batch/{name}")
         if batch is not None:
             relations["batch"] = f'"batch_{name}"'
             con.register(f"batch_{name}", batch)
         if partials is not None and name in partials.schema.names:
             relations["partials"] = compile.PARTIALS
-        if relations:
-            con.execute(f'CREATE VIEW "{name}" AS {merged_sql(view, bounds[name], **relations)}')
+        if set(relations) & {"batch", "partials"}:
+            con.execute(f'CREATE VIEW "{name}" AS {merged_sql(view, **relations)}')
     return con
 
 

@@ -1,9 +1,8 @@
-"""The boundary merge, stated once: batch rows before a view's boundary, and from it the speed layer's
-partials combined per window and key with the view's own merge (sums add, sketches union)."""
+"""The merge, stated once: batch rows of the days the ledger names final for a view, and for every other
+day the speed layer's partials combined per window and key with the view's own merge (sums add,
+sketches union). A window belongs to the UTC day it starts on (``views.timebase``)."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from views.compile import ROWS, finals, merged
 from views.model import View
@@ -21,16 +20,22 @@ def speed_sql(view: View, partials: str) -> str:
             f'GROUP BY {group} HAVING {merged(view)[ROWS]} > 0)')
 
 
-def merged_sql(view: View, boundary: datetime, batch: str | None = None, partials: str | None = None) -> str:
-    """SQL for the merged view over the relations ``batch`` and ``partials`` (either may be missing)."""
+def final_days_sql(view: View, ledger: str) -> str:
+    """SQL: the days of ``view`` that the ledger relation ``ledger`` (view, day) names final."""
+    return f"SELECT day FROM {ledger} WHERE view = '{view.name}'"
+
+
+def merged_sql(view: View, batch: str | None = None, partials: str | None = None, ledger: str | None = None) -> str:
+    """SQL for the merged view over the relations ``batch``, ``partials`` and ``ledger`` (any may be
+    missing: without a ledger no day is final)."""
     columns = ", ".join(f'"{c}"' for c in view.columns)
-    at = f"TIMESTAMPTZ '{boundary.isoformat()}'"
+    final = f"CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})" if ledger else "FALSE"
     parts = []
-    if batch:
-        parts.append(f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE window_start < {at}")
+    if batch and ledger:
+        parts.append(f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE {final}")
     if partials:
         parts.append(f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM ({speed_sql(view, partials)}) "
-                     f"WHERE window_start >= {at}")
+                     f"WHERE NOT ({final})")
     if not parts:
         raise LookupError(f"view {view.name} has no data yet: neither its batch nor its speed table exists; "
                           f"start the pipeline with `lambdalake up`")

@@ -1,8 +1,9 @@
-"""Event time, days and the batch/speed boundary rule, defined once for every layer.
+"""Event time, days and the finality rule, defined once for every layer.
 
-Batch recomputes whole UTC days. A view's boundary is the end of the contiguous run of complete batch
-days that starts at its earliest one: the merged view takes batch rows before it and speed rows from it,
-so it never double-counts and never shows a gap.
+Batch recomputes whole UTC days and records each (view, day) it computed in the ledger (serving_state).
+A window belongs to the UTC day it starts on; the merged view takes batch rows for the days the ledger
+names final and speed rows for every other day, whatever order the days were computed in, so it never
+double-counts, never shows a gap, and a final day never turns provisional again.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import Iterable
 
 UTC = timezone.utc
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
@@ -34,14 +34,17 @@ def days_between(start: datetime, end: datetime) -> list[date]:
     return [(start + i * DAY).date() for i in range((end - start) // DAY)]
 
 
-def boundary(complete_days: Iterable[date]) -> datetime:
-    """End of the contiguous run of complete days from the earliest; the epoch if there is none."""
-    days = sorted(set(complete_days))
-    if not days:
-        return EPOCH
-    last = days[0]
-    for day in days[1:]:
-        if day != last + DAY:
-            break
-        last = day
-    return day_start(last) + DAY
+def ranges(days: Iterable[date]) -> list[tuple[date, date]]:
+    """``days`` as runs of consecutive days, (first, last) each, in order; repeats count once."""
+    runs: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if runs and day == runs[-1][1] + DAY:
+            runs[-1] = (runs[-1][0], day)
+        else:
+            runs.append((day, day))
+    return runs
+
+
+def spans(days: Iterable[date]) -> str:
+    """``days`` as text: ``2026-11-18..2026-11-20, 2026-11-22``; ``none`` if there are none."""
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in ranges(days)) or "none"

@@ -43,7 +43,7 @@ def test_batch_day_equals_oracle_and_rerun_converges(spark, tables, landed):
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
     assert summary["rows"] == len(expected)
-    assert summary["boundary"] == (DAY + timedelta(days=1)).isoformat()
+    assert summary["final_days"] == str(DAY.date())
 
     recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
@@ -55,13 +55,13 @@ def test_recompute_replaces_only_its_day(spark, tables, landed):
     recompute_view(spark, tables, VIEW, before, DAY)
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + day)
     assert _batch_rows(spark, tables) == {k: v for k, v in everything.items() if before <= k[0] < DAY + day}
-    assert summary["boundary"] == (DAY + day).isoformat()
+    assert summary["final_days"] == f"{before.date()}..{DAY.date()}"
 
 
-def test_boundary_waits_for_a_missing_day(spark, tables, landed):
-    recompute_view(spark, tables, VIEW, DAY - timedelta(days=1), DAY)
-    summary = recompute_view(spark, tables, VIEW, DAY + timedelta(days=1), DAY + timedelta(days=2))
-    assert summary["boundary"] == DAY.isoformat()
+def test_days_are_final_in_whatever_order_they_were_computed(spark, tables, landed):
+    recompute_view(spark, tables, VIEW, DAY + timedelta(days=1), DAY + timedelta(days=2))
+    summary = recompute_view(spark, tables, VIEW, DAY - timedelta(days=1), DAY)
+    assert summary["final_days"] == f"{(DAY - timedelta(days=1)).date()}, {(DAY + timedelta(days=1)).date()}"
 
 
 def test_without_raw_events_nothing_is_written(spark, tables):

@@ -2,21 +2,18 @@ from datetime import date, datetime, timedelta
 
 import pytest
 
-from views.timebase import EPOCH, UTC, boundary, days_between
+from views.timebase import UTC, days_between, ranges, spans
 
 
-def test_boundary_is_end_of_contiguous_complete_days():
-    days = [date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 20)]
-    assert boundary(days) == datetime(2026, 11, 21, tzinfo=UTC)
+def test_days_become_runs_of_consecutive_days_in_any_order_with_repeats():
+    days = [date(2026, 11, 21), date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 18), date(2026, 11, 25)]
+    assert ranges(days) == [(date(2026, 11, 18), date(2026, 11, 19)), (date(2026, 11, 21), date(2026, 11, 21)),
+                            (date(2026, 11, 25), date(2026, 11, 25))]
+    assert spans(days) == "2026-11-18..2026-11-19, 2026-11-21, 2026-11-25"
 
 
-def test_boundary_stops_at_the_first_gap_and_ignores_repeats():
-    days = [date(2026, 11, 18), date(2026, 11, 18), date(2026, 11, 19), date(2026, 11, 21)]
-    assert boundary(days) == datetime(2026, 11, 20, tzinfo=UTC)
-
-
-def test_no_complete_day_means_everything_is_speed():
-    assert boundary([]) == EPOCH
+def test_no_days_read_as_none():
+    assert ranges([]) == [] and spans([]) == "none"
 
 
 def test_days_between_lists_utc_days():
