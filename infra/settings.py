@@ -47,6 +47,9 @@ class Settings:
     speed_views: tuple[str, ...] | None = None
     #: Time each speed view apart in the health report's steps (one more Spark job per view and batch).
     speed_profile: bool = False
+    #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
+    query_timeout_seconds: float = 30
+    query_max_rows: int = 100_000
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -136,7 +136,8 @@ def _views(settings, as_json: bool) -> None:
 
 def _counts(settings, sql: str) -> list[dict]:
     """Rows of ``sql`` as dicts, or none if its tables do not exist yet."""
-    from serving_layer.engine import QueryError, query
+    from serving_layer.engine import query
+    from serving_layer.sandbox import QueryError
 
     try:
         columns, rows = query(settings, sql)
@@ -234,7 +235,7 @@ def run(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from infra.airflow import AirflowError
-    from serving_layer.engine import QueryError
+    from serving_layer.sandbox import QueryError
 
     try:
         run(sys.argv[1:] if argv is None else argv)
