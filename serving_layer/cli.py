@@ -95,8 +95,10 @@ def _produce(settings, args) -> None:
         print(f"products changelog: sent {sent} to {settings.products_topic}: "
               f"{sum(c.value is None for c in changes)} deletions")
     if args.from_file:
-        sent = producer.send(settings, producer.read_file(args.from_file, now))
-        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}")
+        read = producer.read_file(args.from_file, now)
+        sent = producer.send(settings, read.records)
+        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}"
+              + (f"; {read.report()}" if read.report() else ""))
     if args.days:
         records = generator.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
         sent = producer.send(settings, records)

@@ -52,7 +52,7 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
         raise QueryError(f"one SQL statement per query, got {len(statements)}")
     if statements[0].type != duckdb.StatementType.SELECT:
         raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
-    tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchone()[0])
+    tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     if tree["error"]:
         raise QueryError(one_line(tree["error_message"]))
     _walk(tree["statements"], {name.lower() for name in known}, known)
@@ -102,6 +102,7 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int)
     try:
         result = con.execute(sql)
         rows = result.fetchmany(max_rows + 1)
+        con.abort()  # the rows beyond the limit, so that the cursor can be used again
     except duckdb.InterruptException:
         raise QueryError(f"stopped after {timeout:g} s, the time limit (setting query_timeout_seconds); "
                          f"narrow the query with WHERE or aggregate") from None
