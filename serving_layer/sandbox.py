@@ -20,6 +20,7 @@ TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 DENIED_FUNCTIONS = frozenset({"current_setting", "getenv"})
 #: FROM items besides views, tables and the functions above.
 FROM_ITEMS = frozenset({"SUBQUERY", "JOIN", "EXPRESSION_LIST", "PIVOT", "EMPTY"})
+#: No files, network or extensions, and no Python variable read as a table (DuckDB's replacement scan).
 CONFIG = {"enable_external_access": False, "python_enable_replacements": False,
           "autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
@@ -28,8 +29,8 @@ class QueryError(ValueError):
     """A query that cannot run; the message is one line."""
 
 
-def one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -47,14 +48,14 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(one_line(exc)) from None
+        raise QueryError(_one_line(exc)) from None
     if len(statements) != 1:
         raise QueryError(f"one SQL statement per query, got {len(statements)}")
     if statements[0].type != duckdb.StatementType.SELECT:
         raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
     tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     if tree["error"]:
-        raise QueryError(one_line(tree["error_message"]))
+        raise QueryError(_one_line(tree["error_message"]))
     _walk(tree["statements"], {name.lower() for name in known}, known)
 
 
@@ -107,7 +108,7 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int)
         raise QueryError(f"stopped after {timeout:g} s, the time limit (setting query_timeout_seconds); "
                          f"narrow the query with WHERE or aggregate") from None
     except duckdb.Error as exc:
-        raise QueryError(one_line(exc)) from None
+        raise QueryError(_one_line(exc)) from None
     finally:
         timer.cancel()
     if len(rows) > max_rows:
