@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable
@@ -56,18 +57,59 @@ def send_products(settings: Settings, records: Iterable[Record]) -> int:
     return sum(publish(settings, messages, settings.products_topic))
 
 
-def read_file(path: Path, now: datetime) -> list[Record]:
-    """Records from a JSONL file: one event per line, sent as is (key: its user_id when it has one)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events")
-    records = []
-    for number, line in enumerate(path.read_bytes().splitlines()):
+@dataclass(frozen=True)
+class FileRecords:
+    """A JSONL file's records, and the numbers (from 1) of its blank lines, which are skipped, and of its
+    lines that are not JSON objects, which are sent all the same (the speed layer dead-letters them)."""
+
+    records: list[Record]
+    blank: list[int]
+    not_objects: list[int]
+
+    def report(self) -> str:
+        """One line on the skipped and the malformed lines; empty if there are none."""
+        parts = []
+        if self.blank:
+            parts.append(f"skipped {_count(self.blank, 'blank line')} ({_numbers(self.blank)})")
+        if self.not_objects:
+            verb = "is not a JSON object" if len(self.not_objects) == 1 else "are not JSON objects"
+            parts.append(f"{_count(self.not_objects, 'line')} {verb} and will be dead-lettered "
+                         f"({_numbers(self.not_objects)})")
+        return "; ".join(parts)
+
+
+def _count(numbers: list[int], noun: str) -> str:
+    return f"{len(numbers)} {noun}{'s' * (len(numbers) != 1)}"
+
+
+def _numbers(numbers: list[int], most: int = 10) -> str:
+    more = f", and {len(numbers) - most} more" if len(numbers) > most else ""
+    return f"line{'s' * (len(numbers) != 1)} {', '.join(map(str, numbers[:most]))}{more}"
+
+
+def parse_lines(lines: list[bytes], now: datetime) -> FileRecords:
+    """Records from JSONL lines: one event per line, sent as is (key: its user_id when it has one)."""
+    records, blank, not_objects = [], [], []
+    for number, line in enumerate(lines, 1):
         if not line.strip():
+            blank.append(number)
             continue
         try:
-            user = json.loads(line).get("user_id")
-        except (ValueError, AttributeError):
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict):
+            user = event.get("user_id")
+        else:
             user = None
+            not_objects.append(number)
         records.append(Record(now + timedelta(microseconds=number), str(user).encode() if user else None,
                               line, "from_file"))
-    return records
+    return FileRecords(records, blank, not_objects)
+
+
+def read_file(path: Path, now: datetime) -> FileRecords:
+    """The records of the JSONL file ``path`` (see :func:`parse_lines`)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events")
+    return parse_lines(path.read_bytes().splitlines(), now)

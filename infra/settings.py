@@ -47,6 +47,14 @@ class Settings:
     speed_views: tuple[str, ...] | None = None
     #: Time each speed view apart in the health report's steps (one more Spark job per view and batch).
     speed_profile: bool = False
+    #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
+    query_timeout_seconds: float = 30
+    query_max_rows: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -95,8 +95,10 @@ def _produce(settings, args) -> None:
         print(f"products changelog: sent {sent} to {settings.products_topic}: "
               f"{sum(c.value is None for c in changes)} deletions")
     if args.from_file:
-        sent = producer.send(settings, producer.read_file(args.from_file, now))
-        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}")
+        read = producer.read_file(args.from_file, now)
+        sent = producer.send(settings, read.records)
+        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}"
+              + (f"; {read.report()}" if read.report() else ""))
     if args.days:
         records = generator.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
         sent = producer.send(settings, records)
@@ -138,7 +140,8 @@ def _views(settings, as_json: bool) -> None:
 
 def _counts(settings, sql: str) -> list[dict]:
     """Rows of ``sql`` as dicts, or none if its tables do not exist yet."""
-    from serving_layer.engine import QueryError, query
+    from serving_layer.engine import query
+    from serving_layer.sandbox import QueryError
 
     try:
         columns, rows = query(settings, sql)
@@ -236,7 +239,7 @@ def run(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from infra.airflow import AirflowError
-    from serving_layer.engine import QueryError
+    from serving_layer.sandbox import QueryError
 
     try:
         run(sys.argv[1:] if argv is None else argv)

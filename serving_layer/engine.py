@@ -2,11 +2,18 @@
 
 Every declared view is a SQL view of the same name: batch rows of its final days and speed rows of the
 others (serving_layer.merge); the master dataset and dead letters are there too, as ``raw_events`` and
-``dead_letters``.
+``dead_letters``. An :class:`Engine` serves many
+queries: it opens a table again only when its Delta log changed, and runs each query in the sandbox
+(``serving_layer/sandbox.py``) on a cursor of its own, so readers run side by side.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
+import time
+from dataclasses import dataclass, field
 from datetime import date, datetime
 
 import duckdb
@@ -16,15 +23,15 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
+from serving_layer import sandbox
 from serving_layer.merge import merged_sql
 from views import all_views, compile
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
           "product_changes", "products")
-
-
-class QueryError(ValueError):
-    """A query that cannot run; the message is one line."""
+#: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
+#: (a file system may stamp two changes within one clock tick alike).
+SETTLED_NS = 1_000_000_000
 
 
 def _dataset(settings: Settings, name: str):
@@ -34,21 +41,20 @@ def _dataset(settings: Settings, name: str):
         return None
 
 
-def _days(settings: Settings, table: str, view: str, day: str) -> dict[str, set[date]]:
-    """Per view, the distinct days of column ``day`` in ``table`` (empty sets if it does not exist)."""
+def _days(settings: Settings, table: str, day: str) -> dict[str, set[date]]:
+    """Per view, the distinct UTC days of column ``day`` in ``table`` (empty if there is no table)."""
     dataset = _dataset(settings, table)
-    rows = dataset.to_table(columns=[view, day]) if dataset is not None else None
+    rows = dataset.to_table(columns=["view", day]) if dataset is not None else None
     found = {}
     for name in all_views(settings.view_modules):
-        values = [] if rows is None else rows.filter(pc.equal(rows[view], name))[day].to_pylist()
+        values = [] if rows is None else rows.filter(pc.equal(rows["view"], name))[day].to_pylist()
         found[name] = {v.date() if isinstance(v, datetime) else v for v in values}
     return found
 
 
 def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
     """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
-    final = _days(settings, "serving_state", "view", "day")
-    speed = _days(settings, compile.PARTIALS, "view", "window_hour")
+    final, speed = _days(settings, "serving_state", "day"), _days(settings, compile.PARTIALS, "window_hour")
     return {name: {"final": days, "provisional": speed[name] - days} for name, days in final.items()}
 
 
@@ -73,45 +79,136 @@ def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
 
 
-def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the merged views and the raw tables registered."""
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    sketch_functions(con)
-    registered = set()
-    for name in TABLES:
-        dataset = _dataset(settings, name)
-        if dataset is not None:
-            con.register(name, dataset)
-            registered.add(name)
-    partials = _dataset(settings, compile.PARTIALS)
-    if partials is not None:
-        con.register(compile.PARTIALS, partials)
-    ledger = "serving_state" if "serving_state" in registered else None
-    for name, view in all_views(settings.view_modules).items():
-        relations = {"ledger": ledger}
-        batch = _dataset(settings, f"batch/{name}")
-        if batch is not None:
-            relations["batch"] = f'"batch_{name}"'
-            con.register(f"batch_{name}", batch)
-        if partials is not None and name in partials.schema.names:
-            relations["partials"] = compile.PARTIALS
-        if set(relations) & {"batch", "partials"}:
-            con.execute(f'CREATE VIEW "{name}" AS {merged_sql(view, **relations)}')
-    return con
+class _Table:
+    """One Delta table, read again only when its log changed."""
+
+    def __init__(self, path: str):
+        self.path, self.stamp, self.table, self.version, self.dataset = path, None, None, None, None
+
+    def changed(self) -> bool:
+        """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went."""
+        try:
+            stat = os.stat(os.path.join(self.path, "_delta_log"))
+        except FileNotFoundError:
+            gone = self.dataset is not None
+            self.stamp, self.table, self.version, self.dataset = None, None, None, None
+            return gone
+        stamp = (stat.st_ino, stat.st_mtime_ns)
+        if stamp == self.stamp and time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
+            return False
+        try:
+            if self.table is None or stamp[0] != self.stamp[0]:
+                self.table = DeltaTable(self.path)
+            else:
+                self.table.update_incremental()
+        except TableNotFoundError:  # a log without its first commit yet
+            return False
+        self.stamp = stamp
+        if self.table.version() == self.version:
+            return False
+        self.version, self.dataset = self.table.version(), self.table.to_pyarrow_dataset()
+        return True
+
+
+@dataclass(frozen=True)
+class _State:
+    """What a cursor has registered: Arrow datasets by name, and the merged views' SQL by name."""
+
+    datasets: dict = field(default_factory=dict)
+    views: dict[str, str] = field(default_factory=dict)
+
+
+class _Cursor:
+    """A cursor of the engine's database and the state registered on it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con, self.state = con, _State()
+
+    def sync(self, state: _State) -> None:
+        """Register what changed between this cursor's state and ``state``."""
+        if state is self.state:
+            return
+        for name in self.state.views.keys() - state.views.keys():
+            self.con.execute(f'DROP VIEW "{name}"')
+        for name in self.state.datasets.keys() - state.datasets.keys():
+            self.con.unregister(name)
+        for name, dataset in state.datasets.items():
+            if self.state.datasets.get(name) is not dataset:
+                self.con.register(name, dataset)
+        for name, sql in state.views.items():
+            if self.state.views.get(name) != sql:
+                self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
+        self.state = state
+
+
+class Engine:
+    """One sandboxed DuckDB database over a deployment's Delta tables, kept for many queries."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._views = all_views(settings.view_modules)
+        self._tables = {name: _Table(settings.table(name)) for name in (*TABLES, compile.PARTIALS)}
+        self._tables.update({f"batch_{name}": _Table(settings.table(f"batch/{name}")) for name in self._views})
+        self._db = sandbox.connect()
+        sketch_functions(self._db)
+        self._state, self._idle, self._lock = _State(), [], threading.Lock()
+
+    def _refresh(self) -> _State:
+        with self._lock:
+            if any([table.changed() for table in self._tables.values()]):
+                datasets = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
+                self._state = _State(datasets, self._view_sql(datasets))
+            return self._state
+
+    def _view_sql(self, datasets: dict) -> dict[str, str]:
+        partials, result = datasets.get(compile.PARTIALS), {}
+        for name, view in self._views.items():
+            relations = {"ledger": "serving_state" if "serving_state" in datasets else None}
+            if f"batch_{name}" in datasets:
+                relations["batch"] = f'"batch_{name}"'
+            if partials is not None and name in partials.schema.names:
+                relations["partials"] = compile.PARTIALS
+            if relations.keys() & {"batch", "partials"}:
+                result[name] = merged_sql(view, **relations)
+        return result
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Run ``sql`` in the sandbox against the merged views; the column names and rows."""
+        state = self._refresh()
+        with self._lock:
+            cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
+        try:
+            cursor.sync(state)
+            sandbox.check(cursor.con, sql, state.datasets.keys() | state.views.keys())
+            return sandbox.run(cursor.con, sql, self.settings.query_timeout_seconds, self.settings.query_max_rows)
+        finally:
+            with self._lock:
+                self._idle.append(cursor)
+
+    def close(self) -> None:
+        with self._lock:
+            for cursor in self._idle:
+                cursor.con.close()
+            self._idle.clear()
+            self._db.close()
+
+
+_engines: dict[Settings, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+@atexit.register
+def _close_engines() -> None:
+    """Close the engines before the interpreter goes (else DuckDB's bindings report leaks on exit)."""
+    for engine in _engines.values():
+        engine.close()
 
 
 def query(settings: Settings, sql: str) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` against the merged views; the column names and rows."""
-    con = connect(settings)
-    try:
-        result = con.execute(sql)
-        return [d[0] for d in result.description or []], result.fetchall()
-    except duckdb.CatalogException as exc:
-        known = ", ".join(sorted(r[0] for r in con.execute("SHOW TABLES").fetchall()))
-        first = " ".join(str(exc).split("Did you mean")[0].split())
-        raise QueryError(f"{first} Known views and tables: {known}") from None
-    except duckdb.Error as exc:
-        raise QueryError(" ".join(str(exc).split())) from None
-    finally:
-        con.close()
+    """Run ``sql`` in the sandbox against the merged views; the column names and rows. One
+    :class:`Engine` per settings serves every call."""
+    with _engines_lock:
+        if settings not in _engines:
+            _engines[settings] = Engine(settings)
+        engine = _engines[settings]
+    return engine.query(sql)

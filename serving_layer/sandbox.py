@@ -1,0 +1,116 @@
+"""The query sandbox: one read-only SELECT per request, over the views and tables the engine registers.
+
+Enforced twice. The database cannot reach files, the network, extensions or its own settings
+(:func:`connect`), and every request is checked with DuckDB's own parser before it runs
+(:func:`check`): one SELECT statement whose FROM items are the engine's views and tables, CTEs,
+subqueries, VALUES and the generator functions in :data:`TABLE_FUNCTIONS`. :func:`run` stops a
+query at its time limit and refuses a result beyond its row limit.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import duckdb
+
+#: Table functions that read nothing but their arguments.
+TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+#: Scalar functions that tell about the host or the database's settings.
+DENIED_FUNCTIONS = frozenset({"current_setting", "getenv"})
+#: FROM items besides views, tables and the functions above.
+FROM_ITEMS = frozenset({"SUBQUERY", "JOIN", "EXPRESSION_LIST", "PIVOT", "EMPTY"})
+#: No files, network or extensions, and no Python variable read as a table (DuckDB's replacement scan).
+CONFIG = {"enable_external_access": False, "python_enable_replacements": False,
+          "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+
+class QueryError(ValueError):
+    """A query that cannot run; the message is one line."""
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory database (times in UTC) with no route to files, network or extensions, its
+    configuration locked; Arrow data registered on it, and on its cursors, stays readable."""
+    con = duckdb.connect(config=CONFIG)
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
+    """Raise :class:`QueryError` unless ``sql`` is one SELECT over the relations ``known`` (and its
+    own CTEs), using no table function but :data:`TABLE_FUNCTIONS`."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(_one_line(exc)) from None
+    if len(statements) != 1:
+        raise QueryError(f"one SQL statement per query, got {len(statements)}")
+    if statements[0].type != duckdb.StatementType.SELECT:
+        raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
+    tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
+    if tree["error"]:
+        raise QueryError(_one_line(tree["error_message"]))
+    _walk(tree["statements"], {name.lower() for name in known}, known)
+
+
+def _walk(node, names: set[str], known: set[str]) -> None:
+    """Check the parsed tree ``node`` in which the relations ``names`` (and its own CTEs) are in scope."""
+    if isinstance(node, list):
+        for item in node:
+            _walk(item, names, known)
+        return
+    if not isinstance(node, dict):
+        return
+    names = names | {cte["key"].lower() for cte in (node.get("cte_map") or {}).get("map", [])}
+    if "class" in node:
+        if node["class"] == "FUNCTION" and node["function_name"].lower() in DENIED_FUNCTIONS:
+            raise QueryError(f"function {node['function_name']}() is not allowed")
+    elif "sample" in node and not node["type"].endswith("_NODE"):
+        _from_item(node, names, known)
+    for value in node.values():
+        _walk(value, names, known)
+
+
+def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
+    kind = ref["type"]
+    if kind == "BASE_TABLE":
+        name = ".".join(part for part in (ref["catalog_name"], ref["schema_name"], ref["table_name"]) if part)
+        if name.lower() not in names:
+            raise QueryError(f"no view or table named {name}; known views and tables: {', '.join(sorted(known))}")
+    elif kind == "TABLE_FUNCTION":
+        function = ref["function"]
+        name = function.get("function_name", "")
+        if function["class"] != "FUNCTION" or function["schema"] or function["catalog"] \
+                or name.lower() not in TABLE_FUNCTIONS:
+            raise QueryError(f"table function {name or function['class'].lower()}() is not allowed; "
+                             f"only {', '.join(sorted(TABLE_FUNCTIONS))}")
+    elif kind == "SHOW_REF":
+        raise QueryError("DESCRIBE, SHOW and SUMMARIZE are not allowed; query the views and tables")
+    elif kind not in FROM_ITEMS:
+        raise QueryError(f"{kind} is not allowed in FROM")
+
+
+def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` on ``con``, interrupted after ``timeout`` seconds, refused beyond ``max_rows`` rows."""
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.start()
+    try:
+        result = con.execute(sql)
+        rows = result.fetchmany(max_rows + 1)
+        con.abort()  # the rows beyond the limit, so that the cursor can be used again
+    except duckdb.InterruptException:
+        raise QueryError(f"stopped after {timeout:g} s, the time limit (setting query_timeout_seconds); "
+                         f"narrow the query with WHERE or aggregate") from None
+    except duckdb.Error as exc:
+        raise QueryError(_one_line(exc)) from None
+    finally:
+        timer.cancel()
+    if len(rows) > max_rows:
+        raise QueryError(f"more than {max_rows:,} rows (setting query_max_rows); add LIMIT or aggregate")
+    return [d[0] for d in result.description or []], rows

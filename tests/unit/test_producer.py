@@ -1,0 +1,38 @@
+"""``lambdalake produce --from-file``: blank lines are skipped, lines that are not JSON objects are sent (the
+speed layer dead-letters them), and both are reported by line number."""
+
+from datetime import datetime
+
+import pytest
+
+from infra.producer import parse_lines, read_file
+from views.timebase import UTC
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_blank_and_malformed_lines_are_reported():
+    lines = [b'{"user_id": "u1"}', b"", b"   ", b"not json", b"[1]", b'{"event_type": "search"}']
+    read = parse_lines(lines, NOW)
+    assert [r.value for r in read.records] == [lines[0], *lines[3:]]
+    assert [r.key for r in read.records] == [b"u1", None, None, None]
+    assert (read.blank, read.not_objects) == ([2, 3], [4, 5])
+    assert read.report() == ("skipped 2 blank lines (lines 2, 3); 2 lines are not JSON objects and will be "
+                             "dead-lettered (lines 4, 5)")
+
+
+def test_report_wording():
+    assert parse_lines([b'{"a": 1}'], NOW).report() == ""
+    assert parse_lines([b"", b"{"], NOW).report() == ("skipped 1 blank line (line 1); 1 line is not a JSON object "
+                                                       "and will be dead-lettered (line 2)")
+    assert parse_lines([b""] * 12, NOW).report() == ("skipped 12 blank lines (lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, "
+                                                      "and 2 more)")
+
+
+def test_read_file(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"user_id": 7}\n\n')
+    read = read_file(path, NOW)
+    assert [r.key for r in read.records] == [b"7"] and read.blank == [2]
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_file(tmp_path / "missing.jsonl", NOW)

@@ -1,0 +1,150 @@
+"""The query sandbox over tiny Delta tables: one read-only SELECT over the engine's views and tables;
+every route to files, settings, catalogs, DDL and DML is refused with one line and writes nothing; the
+time and row limits hold; a long-lived engine sees new Delta versions."""
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date, datetime
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from infra.settings import Settings
+from serving_layer import engine, sandbox
+from serving_layer.sandbox import QueryError
+from views.timebase import UTC
+
+WINDOW = pa.timestamp("us", "UTC")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    settings = Settings(home=tmp_path / "home")
+    write_deltalake(settings.table("raw_events"), pa.table({"event_id": ["e1", "e2"], "n": [1, 2]}))
+    write_deltalake(settings.table("serving_state"),
+                    pa.table({"view": ["page_views_per_minute"], "day": [date(2026, 1, 1)]}))
+    start = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    write_deltalake(settings.table("batch/page_views_per_minute"), pa.table({
+        "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
+        "views": [3], "unique_users": [2]}))
+    return settings
+
+
+def test_select_with_and_the_merged_views(settings):
+    assert engine.query(settings, "SELECT n FROM raw_events ORDER BY n") == (["n"], [(1,), (2,)])
+    assert engine.query(settings, "WITH e AS (SELECT n FROM raw_events) SELECT sum(n) AS total FROM e;")[1] == [(3,)]
+    assert engine.query(settings, "SELECT page, views, source FROM page_views_per_minute")[1] == [("/", 3, "batch")]
+    assert engine.query(settings, "SELECT count(*) FROM range(3) a, generate_series(1, 2) b, "
+                                  "(SELECT unnest([1, 2]))")[1] == [(12,)]
+
+
+ESCAPES = [
+    ("SELECT * FROM read_csv('/etc/passwd')", "table function read_csv() is not allowed"),
+    ("SELECT * FROM read_text('/etc/passwd')", "table function read_text() is not allowed"),
+    ("SELECT * FROM glob('/etc/*')", "table function glob() is not allowed"),
+    ("FROM read_parquet('{out}/x.parquet')", "table function read_parquet() is not allowed"),
+    ("SELECT * FROM read_json('/etc/hosts')", "table function read_json() is not allowed"),
+    ("SELECT * FROM delta_scan('{home}/data/raw_events')", "table function delta_scan() is not allowed"),
+    ("SELECT * FROM query('SELECT 1')", "table function query() is not allowed"),
+    ("SELECT * FROM duckdb_settings()", "table function duckdb_settings() is not allowed"),
+    ("SELECT (SELECT count(*) FROM read_text('/etc/passwd'))", "table function read_text() is not allowed"),
+    ("WITH x AS (SELECT * FROM glob('/etc/*')) SELECT * FROM x", "table function glob() is not allowed"),
+    ("SELECT n FROM raw_events UNION ALL SELECT 1 FROM read_csv('/etc/passwd')", "read_csv() is not allowed"),
+    ("SELECT * FROM '/etc/passwd'", "no view or table named /etc/passwd"),
+    ("SELECT * FROM information_schema.tables", "no view or table named information_schema.tables"),
+    ("SELECT * FROM temp.main.raw_events", "no view or table named temp.main.raw_events"),
+    ("SELECT current_setting('threads')", "function current_setting() is not allowed"),
+    ("DESCRIBE raw_events", "DESCRIBE, SHOW and SUMMARIZE are not allowed"),
+    ("SHOW TABLES", "DESCRIBE, SHOW and SUMMARIZE are not allowed"),
+    ("COPY (SELECT * FROM raw_events) TO '{out}/x.csv'", "only SELECT queries run here, not COPY"),
+    ("COPY raw_events TO '{out}/x.parquet' (FORMAT parquet)", "not COPY"),
+    ("EXPORT DATABASE '{out}/db'", "not EXPORT"),
+    ("IMPORT DATABASE '{out}'", "not PRAGMA"),
+    ("ATTACH '{out}/x.db' AS x", "not ATTACH"),
+    ("DETACH memory", "not DETACH"),
+    ("USE memory", "not SET"),
+    ("PRAGMA version", "not PRAGMA"),
+    ("SET threads = 1", "not SET"),
+    ("RESET threads", "not SET"),
+    ("INSTALL httpfs", "not LOAD"),
+    ("LOAD httpfs", "not LOAD"),
+    ("CALL pragma_version()", "not CALL"),
+    ("CHECKPOINT", "not CALL"),
+    ("EXPLAIN SELECT 1", "not EXPLAIN"),
+    ("CREATE TABLE t AS SELECT 1", "not CREATE"),
+    ("CREATE OR REPLACE TEMP VIEW raw_events AS SELECT 1 AS n", "not CREATE"),
+    ("DROP VIEW raw_events", "not DROP"),
+    ("ALTER VIEW raw_events RENAME TO r", "not ALTER"),
+    ("INSERT INTO raw_events VALUES ('e3', 3)", "not INSERT"),
+    ("UPDATE raw_events SET n = 0", "not UPDATE"),
+    ("DELETE FROM raw_events", "not DELETE"),
+    ("SELECT 1; DROP VIEW raw_events", "one SQL statement per query, got 2"),
+    ("SELECT 1; /* only a comment */ DROP VIEW raw_events", "one SQL statement per query, got 2"),
+    ("SELECT 1 -- a comment\n; COPY raw_events TO '{out}/x.csv'", "one SQL statement per query, got 2"),
+    ("/* SELECT 1; */ COPY raw_events TO '{out}/x.csv'", "not COPY"),
+    ("", "one SQL statement per query, got 0"),
+]
+
+
+@pytest.mark.parametrize("sql,message", ESCAPES)
+def test_escapes_are_refused_in_one_line_and_write_nothing(settings, tmp_path, sql, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(QueryError, match=re.escape(message)) as refused:
+        engine.query(settings, sql.format(out=out, home=settings.home))
+    assert "\n" not in str(refused.value)
+    assert list(out.iterdir()) == []
+    assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM '/etc/passwd'",
+                                 "COPY (SELECT 1) TO '{out}/x.csv'", "ATTACH '{out}/x.db'",
+                                 "EXPORT DATABASE '{out}/db'", "SET enable_external_access = true",
+                                 "SET lock_configuration = false", "INSTALL httpfs", "LOAD httpfs"])
+def test_the_database_itself_refuses_files_extensions_and_settings(tmp_path, sql):
+    """The second wall: what the parser check would let through reaches nothing either."""
+    con = sandbox.connect().cursor()
+    con.register("t", pa.table({"a": [1]}))
+    with pytest.raises(duckdb.Error):
+        con.execute(sql.format(out=tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
+
+
+def test_the_row_limit(settings):
+    limited = settings.with_overrides(query_max_rows=3)
+    assert len(engine.query(limited, "SELECT * FROM range(3)")[1]) == 3
+    with pytest.raises(QueryError, match=r"more than 3 rows \(setting query_max_rows\); add LIMIT or aggregate"):
+        engine.query(limited, "SELECT * FROM range(4)")
+
+
+def test_the_time_limit(settings):
+    limited = settings.with_overrides(query_timeout_seconds=0.5)
+    with pytest.raises(QueryError, match=r"stopped after 0.5 s, the time limit \(setting query_timeout_seconds\)"):
+        engine.query(limited, "SELECT count(*) FROM range(1000000000) a, range(1000000000) b WHERE a.range <> b.range")
+    assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+
+
+def test_errors_name_the_known_tables(settings):
+    with pytest.raises(QueryError, match="no view or table named no_such_view; known views and tables: "
+                                         "batch_page_views_per_minute, page_views_per_minute, raw_events"):
+        engine.query(settings, "SELECT * FROM no_such_view")
+
+
+def test_the_engine_sees_new_versions_and_new_tables(settings):
+    assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+    write_deltalake(settings.table("raw_events"), pa.table({"event_id": ["e3"], "n": [3]}), mode="append")
+    assert engine.query(settings, "SELECT max(n) FROM raw_events")[1] == [(3,)]
+    with pytest.raises(QueryError, match="no view or table named dead_letters"):
+        engine.query(settings, "SELECT * FROM dead_letters")
+    write_deltalake(settings.table("dead_letters"), pa.table({"reason": ["not JSON"]}))
+    assert engine.query(settings, "SELECT reason FROM dead_letters")[1] == [("not JSON",)]
+
+
+def test_concurrent_readers(settings):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: engine.query(settings, f"SELECT sum(n) + {i} FROM raw_events")[1],
+                                range(40)))
+    assert results == [[(3 + i,)] for i in range(40)]
