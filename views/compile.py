@@ -18,6 +18,8 @@ The merge SQL is plain enough for both Spark SQL and the serving layer's DuckDB 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -65,7 +67,12 @@ def prepare(view: View, events: DataFrame) -> DataFrame:
 
 def own(rows: DataFrame) -> DataFrame:
     """Rows that count as the view's own, once each."""
-    return rows.withColumn(ROLE, F.lit(EVENT)).withColumn(WEIGHT, F.lit(1))
+    return rows.select("*", *_own_columns())
+
+
+@lru_cache(maxsize=1)
+def _own_columns() -> tuple[Column, ...]:
+    return F.lit(EVENT).alias(ROLE), F.lit(1).alias(WEIGHT)
 
 
 def followers(join: FollowedBy, events: DataFrame) -> DataFrame:
@@ -134,8 +141,19 @@ def enrich(view: View, rows: DataFrame, dimensions: dict[str, DataFrame], as_of:
     return rows
 
 
-def _window(view: View) -> Column:
-    return F.window(F.col(view.event_time), *view.windows.spark()).alias("window")
+@lru_cache(maxsize=None)
+def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
+    """The Columns :func:`aggregate` groups by, aggregates and selects, built once per view: the speed
+    layer aggregates every micro-batch, and building expressions again costs its driver more than a
+    small micro-batch's work."""
+    states = _all_states(view, exact)
+    keys = (F.window(F.col(view.event_time), *view.windows.spark()).alias("window"), *map(F.col, view.keys))
+    partials = (F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                *map(F.col, (*view.keys, *states)))
+    if exact:
+        partials = (*partials[:2 + len(view.keys)],
+                    *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()))
+    return keys, tuple(F.expr(agg).alias(c) for c, (agg, _) in states.items()), partials
 
 
 def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
@@ -204,20 +222,20 @@ def finals(view: View, exact: bool = False) -> dict[str, str]:
 def aggregate(view: View, rows: DataFrame, exact: bool) -> DataFrame:
     """Per window and key of prepared, enriched rows: the view's columns (``exact``, batch), or the
     speed partial's state columns."""
-    states = {c: agg for c, (agg, _) in _all_states(view, exact).items()}
-    grouped = rows.groupBy(_window(view), *view.keys).agg(*(F.expr(agg).alias(c) for c, agg in states.items()))
-    partials = grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                              *view.keys, *states)
-    if not exact:
-        return partials
-    return partials.select("window_start", "window_end", *view.keys,
-                           *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()))
+    keys, aggregates, columns = _grouping(view, exact)
+    return rows.groupBy(*keys).agg(*aggregates).select(*columns)
 
 
 def packed(view: View, partials: DataFrame) -> DataFrame:
     """Speed partials of ``view`` as rows of the shared partials table."""
-    return partials.select(F.lit(view.name).alias("view"), F.date_trunc("hour", "window_start").alias("window_hour"),
-                           F.struct(*partials.columns).alias(view.name))
+    return partials.select(*_packing(view))
+
+
+@lru_cache(maxsize=None)
+def _packing(view: View) -> tuple[Column, ...]:
+    columns = ("window_start", "window_end", *view.keys, *state_columns(view))
+    return (F.lit(view.name).alias("view"), F.date_trunc("hour", "window_start").alias("window_hour"),
+            F.struct(*columns).alias(view.name))
 
 
 def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:

@@ -6,6 +6,8 @@ speed layer's landing and any replay of dead letters apply exactly the same rule
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -97,19 +99,20 @@ def _rules(typed: Column, text: Column, variant: Column, size: Column, now: Colu
 
 def first_reason(rules: list[tuple[Column, Column]]) -> Column:
     """The reason of the first (is_bad, reason) rule that holds; null if none does."""
-    reason = F.lit(None).cast("string")
-    for is_bad, why in reversed(rules):
-        reason = F.when(F.coalesce(is_bad, F.lit(False)), why).otherwise(reason)
+    (is_bad, why), *rest = rules
+    reason = F.when(is_bad, why)
+    for is_bad, why in rest:
+        reason = reason.when(is_bad, why)
     return reason
 
 
-def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
-    """Kafka records -> one row per record with the parsed event columns and ``reason`` (null if valid).
-
-    ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary).
-    """
+@lru_cache(maxsize=4)
+def _parse_steps(max_payload_bytes: int, future_horizon_seconds: int) -> tuple[tuple[Column, ...], ...]:
+    """The column lists :func:`parse` selects, one per step; built once per limits and reused for every
+    micro-batch (a few hundred expressions: building them again costs the speed layer's driver more
+    than parsing a small micro-batch)."""
     payload = F.col("value").cast("string")
-    df = records.select(
+    fields = (
         F.col("topic"), F.col("partition"), F.col("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("key"),
@@ -123,12 +126,23 @@ def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: in
     reason = first_reason(_rules(F.col("typed"), F.col("text"), F.col("variant"), F.col("size"),
                                  F.col("ingested_at"), max_payload_bytes, future_horizon_seconds))
     event_time = F.try_to_timestamp(F.col("text.event_time"))
-    return df.select(
+    columns = (
         *(F.col(f"typed.{c}").alias(c) for c in EVENT_COLUMNS if c != "event_time"),
         event_time.alias("event_time"),
         F.to_date(event_time).alias("event_date"),
-        *_KAFKA_KEPT, "raw", reason.alias("reason"),
-    ).select(*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason")
+        *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), reason.alias("reason"),
+    )
+    return fields, columns, tuple(F.col(c) for c in (*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason"))
+
+
+def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
+    """Kafka records -> one row per record with the parsed event columns and ``reason`` (null if valid).
+
+    ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary).
+    """
+    for step in _parse_steps(max_payload_bytes, future_horizon_seconds):
+        records = records.select(*step)
+    return records
 
 
 def landed(parsed: DataFrame) -> DataFrame:
