@@ -24,7 +24,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
 from serving_layer import sandbox
-from serving_layer.merge import merged_sql
+from serving_layer.merge import batch_relation, merged_views
 from views import all_views, compile
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
@@ -148,7 +148,7 @@ class Engine:
         self.settings = settings
         self._views = all_views(settings.view_modules)
         self._tables = {name: _Table(settings.table(name)) for name in (*TABLES, compile.PARTIALS)}
-        self._tables.update({f"batch_{name}": _Table(settings.table(f"batch/{name}")) for name in self._views})
+        self._tables.update({batch_relation(name): _Table(settings.table(f"batch/{name}")) for name in self._views})
         self._db = sandbox.connect()
         sketch_functions(self._db)
         self._state, self._idle, self._lock = _State(), [], threading.Lock()
@@ -161,16 +161,8 @@ class Engine:
             return self._state
 
     def _view_sql(self, datasets: dict) -> dict[str, str]:
-        partials, result = datasets.get(compile.PARTIALS), {}
-        for name, view in self._views.items():
-            relations = {"ledger": "serving_state" if "serving_state" in datasets else None}
-            if f"batch_{name}" in datasets:
-                relations["batch"] = f'"batch_{name}"'
-            if partials is not None and name in partials.schema.names:
-                relations["partials"] = compile.PARTIALS
-            if relations.keys() & {"batch", "partials"}:
-                result[name] = merged_sql(view, **relations)
-        return result
+        partials = datasets.get(compile.PARTIALS)
+        return merged_views(self._views, set(datasets), set(partials.schema.names) if partials else set())
 
     def query(self, sql: str) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the sandbox against the merged views; the column names and rows."""

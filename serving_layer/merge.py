@@ -1,10 +1,15 @@
 """The merge, stated once: batch rows of the days the ledger names final for a view, and for every other
 day the speed layer's partials combined per window and key with the view's own merge (sums add,
-sketches union). A window belongs to the UTC day it starts on (``views.timebase``)."""
+sketches union). A window belongs to the UTC day it starts on (``views.timebase``).
+
+The SQL is the same for the serving layer's DuckDB and for Spark SQL (``serving_layer.spark_sql``,
+with ANSI double-quoted identifiers); each engine registers the relations under the names of
+:func:`merged_views`.
+"""
 
 from __future__ import annotations
 
-from views.compile import ROWS, finals, merged
+from views.compile import PARTIALS, ROWS, finals, merged
 from views.model import View
 
 
@@ -16,7 +21,7 @@ def speed_sql(view: View, partials: str) -> str:
     states = ", ".join(f'{sql} AS "{column}"' for column, sql in merged(view).items())
     values = ", ".join(f'{sql} AS "{name}"' for name, sql in finals(view).items())
     return (f'SELECT {group}, {values} FROM (SELECT {group}, {states} '
-            f'FROM (SELECT unnest("{view.name}") FROM {partials} WHERE "view" = \'{view.name}\') '
+            f'FROM (SELECT "{view.name}".* FROM {partials} WHERE "view" = \'{view.name}\') '
             f'GROUP BY {group} HAVING {merged(view)[ROWS]} > 0)')
 
 
@@ -40,3 +45,26 @@ def merged_sql(view: View, batch: str | None = None, partials: str | None = None
         raise LookupError(f"view {view.name} has no data yet: neither its batch nor its speed table exists; "
                           f"start the pipeline with `lambdalake up`")
     return "\nUNION ALL\n".join(parts)
+
+
+#: The ledger's relation name in both engines.
+LEDGER = "serving_state"
+
+
+def batch_relation(name: str) -> str:
+    """The relation name under which the engines register view ``name``'s batch table."""
+    return f"batch_{name}"
+
+
+def merged_views(views: dict[str, View], relations: set[str], partial_views: set[str]) -> dict[str, str]:
+    """SQL of every view that has data, over the relations an engine registered (``relations``): its
+    batch table (:func:`batch_relation`), the ledger, and the partials table if ``partial_views``
+    (the views with a column there) has it."""
+    ledger = LEDGER if LEDGER in relations else None
+    result = {}
+    for name, view in views.items():
+        batch = f'"{batch_relation(name)}"' if batch_relation(name) in relations else None
+        partials = PARTIALS if name in partial_views else None
+        if batch or partials:
+            result[name] = merged_sql(view, batch, partials, ledger)
+    return result

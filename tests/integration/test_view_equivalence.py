@@ -6,7 +6,8 @@ b. the streaming path (the speed layer's own fold of each micro-batch, fed the K
    micro-batches, and the serving layer's merge of its partials) equals the oracle of what it could
    see: events behind the watermark are left to batch, the category is the latest the speed layer
    knew, and distinct counts are within the sketch's error;
-c. the merged view, with the boundary at a seeded random day, equals batch before it and speed from it,
+c. the merged view, with the boundary at a seeded random day, equals batch before it and speed from it
+   (through DuckDB, and through Spark SQL with the same rows),
    and equals the oracle exactly once batch has run for every day.
 
 Each seed draws its own days, events, product changes, micro-batch cuts and boundary.
@@ -28,7 +29,8 @@ from infra.settings import load
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle
-from tests.compare import assert_measures, merged_rows
+from serving_layer import spark_sql
+from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
 from tests.integration.records import kafka_rows
 from views import all_views, events, products, timebase
@@ -48,6 +50,7 @@ class Run:
     boundary: datetime
     speed: dict           # view -> rows of the merged view before any batch: the speed layer's
     merged: dict          # view -> rows of the merged view, batch run before the boundary
+    spark_merged: dict    # the same through Spark SQL
     final: dict           # view -> rows of the merged view, batch run for every day
 
 
@@ -125,12 +128,16 @@ def run(request, spark, deployment, tmp_path_factory) -> Run:
     for view in views.values():
         recompute_view(spark, settings, view, first_day, boundary)
     merged = _merged(settings, views)
+    in_spark = spark_sql.session(spark, settings)
+    spark_merged = {name: keyed(view, [r.asDict() for r in in_spark.sql(f'SELECT * FROM "{name}"').collect()])
+                    for name, view in views.items()}
     last_day = timebase.day_start((end + FLUSH_AFTER).date()) + timedelta(days=1)
     for view in views.values():
         recompute_view(spark, settings, view, boundary, last_day)
     return Run(views=views, expected=oracle.views(records, oracle.category_as_of(changes)),
                seen_by_speed=oracle.views(seen, speed_category), closed=end + FLUSH_AFTER - watermark,
-               boundary=boundary, speed=speed, merged=merged, final=_merged(settings, views))
+               boundary=boundary, speed=speed, merged=merged, spark_merged=spark_merged,
+               final=_merged(settings, views))
 
 
 NAMES = list(all_views(EXTRA_VIEWS))
@@ -172,3 +179,13 @@ def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name
     for key, row in speed.items():
         assert (row["source"], row["is_final"]) == ("speed", False)
         assert_measures(view, row, run.seen_by_speed[name][key], key, approximate=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_spark_sql_returns_the_rows_the_serving_engine_returns(run, name):
+    duck, spark = run.merged[name], run.spark_merged[name]
+    assert set(spark) == set(duck) and duck
+    for key, row in duck.items():
+        for column, value in row.items():
+            want = pytest.approx(value, rel=1e-12) if isinstance(value, float) else value
+            assert spark[key][column] == want, (name, key, column)
