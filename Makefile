@@ -6,7 +6,14 @@ export PYTHONPATH := $(CURDIR)
 
 .PHONY: setup demo test test-fast bench up down status
 
-setup: .venv/.installed $(JARS)/.resolved
+SUDO    := $(if $(filter 0,$(shell id -u)),,sudo)
+
+setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver
+
+# Debian's headless Chromium and its WebDriver, for the browser tests (the dashboard, the Airflow UI).
+/usr/bin/chromedriver:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
 
 .venv/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv

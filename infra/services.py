@@ -1,4 +1,5 @@
-"""Bring the whole deployment up, down, and report its status: Kafka, the speed layer, Airflow."""
+"""Bring the whole deployment up, down, and report its status: Kafka, the speed layer, Airflow, and the
+serving layer's HTTP API."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from infra.settings import REPO, Settings
 from views import timebase
 
 SPEED = "speed-layer"
+SERVING = "serving-api"
 HISTORY_DAYS = 3
 
 
@@ -105,12 +107,34 @@ def watch_speed(settings: Settings) -> str:
     return f"restarted: {problem}"
 
 
+def serving_healthy(settings: Settings) -> bool:
+    """Whether the HTTP API answers on its port."""
+    import requests
+
+    try:
+        return requests.get(settings.serve_url + "openapi.json", timeout=2).ok
+    except requests.RequestException:
+        return False
+
+
+def start_serving(settings: Settings, timeout: float = 60) -> None:
+    """Start the HTTP API and dashboard (`lambdalake serve`; no-op if it runs) and wait until it answers."""
+    if processes.running_pid(settings, SERVING) is None:
+        processes.require_free(settings.serve_port, "serving API")
+        processes.start(settings, SERVING, [sys.executable, "-m", "serving_layer.cli", "serve"],
+                        env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
+    processes.wait_until(lambda: serving_healthy(settings), timeout, "serving API",
+                         log=processes.log_file(settings, SERVING),
+                         alive=lambda: processes.running_pid(settings, SERVING) is not None)
+
+
 def up(settings: Settings, say=print) -> Settings:
     """Start everything; starting twice is harmless. Returns the settings (with the batch start date)."""
     if settings.batch_start_date is None:
         first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
         settings = settings.save(batch_start_date=first.isoformat())
-    for name, start in (("Kafka", kafka.start), ("speed layer", start_speed), ("Airflow", airflow.start)):
+    for name, start in (("Kafka", kafka.start), ("speed layer", start_speed), ("Airflow", airflow.start),
+                        ("serving API", start_serving)):
         began = time.monotonic()
         say(f"starting {name} ...")
         start(settings)
@@ -120,7 +144,8 @@ def up(settings: Settings, say=print) -> Settings:
 
 def down(settings: Settings, purge: bool = False) -> list[str]:
     """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
-    stopped = [name for name, stop in (("speed layer", stop_speed), ("Airflow", airflow.stop),
+    stopped = [name for name, stop in (("serving API", lambda s: processes.stop(s, SERVING)),
+                                       ("speed layer", stop_speed), ("Airflow", airflow.stop),
                                        ("Kafka", kafka.stop)) if stop(settings)]
     if purge and settings.home.exists():
         shutil.rmtree(settings.home)
@@ -139,4 +164,6 @@ def status(settings: Settings) -> dict:
         "speed_layer": {"pid": speed_pid, "healthy": bool(report and not report["error"]),
                         "log": str(processes.log_file(settings, SPEED)), "health": report},
         "airflow": airflow.status(settings),
+        "serving_api": {"pid": processes.running_pid(settings, SERVING), "url": settings.serve_url,
+                        "healthy": serving_healthy(settings)},
     }

@@ -50,6 +50,11 @@ class Settings:
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000
+    #: The HTTP API and dashboard (`lambdalake serve`): where it listens, and the token it requires
+    #: (off loopback a token is generated if none is set; serving_layer.api).
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 8000
+    serve_token: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)
@@ -63,6 +68,10 @@ class Settings:
     @property
     def airflow_url(self) -> str:
         return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://{self.serve_host}:{self.serve_port}/"
 
     @property
     def data(self) -> Path:

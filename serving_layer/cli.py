@@ -31,7 +31,7 @@ def _positive(kind):
 def _parser() -> Parser:
     parser = Parser(prog="lambdalake", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    sub.add_parser("up", help="start Kafka, the speed layer and Airflow")
+    sub.add_parser("up", help="start Kafka, the speed layer, Airflow and the HTTP API with its dashboard")
     down = sub.add_parser("down", help="stop everything")
     down.add_argument("--purge", action="store_true", help="also delete all data, checkpoints and logs")
     status = sub.add_parser("status", help="what runs where, and whether it is healthy")
@@ -50,6 +50,10 @@ def _parser() -> Parser:
     speed.add_argument("action", choices=("start", "stop", "restart", "status", "compact"))
     speed.add_argument("--resume-from-tables", action="store_true",
                        help="if the landing checkpoint is lost, go on after the offsets already landed")
+    serve = sub.add_parser("serve", help="serve the HTTP API and dashboard (`lambdalake up` starts it too)")
+    serve.add_argument("--host", help="address to bind (default: setting serve_host, 127.0.0.1); any "
+                                      "other than loopback requires a token")
+    serve.add_argument("--port", type=_positive(int), help="port (default: setting serve_port, 8000)")
     query = sub.add_parser("query", help="run SQL against the merged views")
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -111,22 +115,9 @@ def _produce(settings, args) -> None:
 
 
 def _views(settings, as_json: bool) -> None:
-    from serving_layer.engine import finality
-    from views import all_views
-    from views.compile import PARTIALS, state_columns
-    from views.timebase import spans
+    from serving_layer import catalog
 
-    days = finality(settings)
-    listing = [{
-        "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
-        "keys": list(v.keys), "measures": [m.name for m in v.measures],
-        "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
-        "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
-        "tables": {"batch": settings.table(f"batch/{v.name}"),
-                   "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
-        "speed_states": list(state_columns(v)),
-        "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
-    } for v in all_views(settings.view_modules).values()]
+    listing = catalog.views(settings)
     if as_json:
         print(json.dumps(listing, indent=1))
         return
@@ -138,26 +129,15 @@ def _views(settings, as_json: bool) -> None:
               f"batch {v['tables']['batch']}; speed {v['tables']['speed']}")
 
 
-def _counts(settings, sql: str) -> list[dict]:
-    """Rows of ``sql`` as dicts, or none if its tables do not exist yet."""
-    from serving_layer.engine import query
-    from serving_layer.sandbox import QueryError
-
-    try:
-        columns, rows = query(settings, sql)
-    except QueryError:
-        return []
-    return [dict(zip(columns, row)) for row in rows]
-
-
 def _status(settings, as_json: bool) -> None:
     from infra import services
+    from serving_layer.catalog import rows
 
     report = services.status(settings)
-    report["late_events"] = _counts(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
-                                              "FROM late_events GROUP BY view, day ORDER BY view, day")
-    report["dead_letters"] = _counts(settings, "SELECT reason, count(*) AS records FROM dead_letters "
-                                               "GROUP BY reason ORDER BY records DESC")
+    report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
+                                           "FROM late_events GROUP BY view, day ORDER BY view, day")
+    report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
+                                            "GROUP BY reason ORDER BY records DESC")
     if as_json:
         print(json.dumps(report, indent=1, default=str))
         return
@@ -175,6 +155,8 @@ def _status(settings, as_json: bool) -> None:
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
+    api = report["serving_api"]
+    print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
     print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
           f"{sum(r['events'] for r in report['late_events'])}")
     for row in report["late_events"]:
@@ -212,7 +194,8 @@ def run(argv: list[str]) -> None:
 
         settings = services.up(settings)
         print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user} / "
-              f"{settings.airflow_password}); stop with `lambdalake down`")
+              f"{settings.airflow_password}); dashboard and API: {settings.serve_url}; "
+              f"stop with `lambdalake down`")
     elif args.command == "down":
         from infra import services
 
@@ -224,6 +207,10 @@ def run(argv: list[str]) -> None:
         _produce(settings, args)
     elif args.command == "speed":
         _speed(settings, args.action, args.resume_from_tables)
+    elif args.command == "serve":
+        from serving_layer import api
+
+        api.serve(settings, args.host or settings.serve_host, args.port or settings.serve_port)
     elif args.command == "query":
         from serving_layer.engine import query
 

@@ -70,6 +70,8 @@ def report(settings: Settings) -> str:
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
         f"{'' if produced == landed + dead else ' (still landing)'}",
         f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user} / {settings.airflow_password}",
+        f"Dashboard: {settings.serve_url}  (HTTP API: {settings.serve_url}views, /health, POST /query; "
+        f"OpenAPI at {settings.serve_url}openapi.json)",
         "Query more: .venv/bin/lambdalake query \"SELECT * FROM search_ctr_hourly ORDER BY window_start DESC LIMIT 10\"",
         "List the views: .venv/bin/lambdalake views",
         "The services keep running; stop them with `.venv/bin/lambdalake down` (add --purge to delete the data).",

@@ -153,7 +153,8 @@ class Engine:
         sketch_functions(self._db)
         self._state, self._idle, self._lock = _State(), [], threading.Lock()
 
-    def _refresh(self) -> _State:
+    def refresh(self) -> _State:
+        """What is registered now, opening the tables whose Delta log changed."""
         with self._lock:
             if any([table.changed() for table in self._tables.values()]):
                 datasets = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
@@ -164,15 +165,16 @@ class Engine:
         partials = datasets.get(compile.PARTIALS)
         return merged_views(self._views, set(datasets), set(partials.schema.names) if partials else set())
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Run ``sql`` in the sandbox against the merged views; the column names and rows."""
-        state = self._refresh()
+    def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+        """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
+        views; the column names and rows."""
+        state = self.refresh()
         with self._lock:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
         try:
             cursor.sync(state)
             sandbox.check(cursor.con, sql, state.datasets.keys() | state.views.keys())
-            return sandbox.run(cursor.con, sql, self.settings.query_timeout_seconds, self.settings.query_max_rows)
+            return sandbox.run(cursor.con, sql, self.settings.query_timeout_seconds, self.settings.query_max_rows, params)
         finally:
             with self._lock:
                 self._idle.append(cursor)
@@ -196,11 +198,20 @@ def _close_engines() -> None:
         engine.close()
 
 
-def query(settings: Settings, sql: str) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` in the sandbox against the merged views; the column names and rows. One
-    :class:`Engine` per settings serves every call."""
+def _engine(settings: Settings) -> Engine:
+    """The one :class:`Engine` for ``settings``, made on first use."""
     with _engines_lock:
         if settings not in _engines:
             _engines[settings] = Engine(settings)
-        engine = _engines[settings]
-    return engine.query(sql)
+        return _engines[settings]
+
+
+def query(settings: Settings, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` (``params`` bound) in the sandbox against the merged views; the column names and rows."""
+    return _engine(settings).query(sql, params)
+
+
+def with_data(settings: Settings) -> set[str]:
+    """The views and tables that have data now (a view has data once its batch or speed table exists)."""
+    state = _engine(settings).refresh()
+    return state.datasets.keys() | state.views.keys()

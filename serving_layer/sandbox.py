@@ -96,12 +96,13 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
         raise QueryError(f"{kind} is not allowed in FROM")
 
 
-def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` on ``con``, interrupted after ``timeout`` seconds, refused beyond ``max_rows`` rows."""
+def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
+        params: dict | None = None) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout`` seconds, refused beyond ``max_rows`` rows."""
     timer = threading.Timer(timeout, con.interrupt)
     timer.start()
     try:
-        result = con.execute(sql)
+        result = con.execute(sql, params)
         rows = result.fetchmany(max_rows + 1)
         con.abort()  # the rows beyond the limit, so that the cursor can be used again
     except duckdb.InterruptException:

@@ -1,0 +1,110 @@
+"""Serving: how fast the serving layer answers queries, against Spark SQL over the same merged views.
+
+The data is built in a deployment of the bench's own, without Kafka: 30 days of generated events (the
+default mix: late, resent and malformed ones among them) are parsed and landed in raw_events as the
+speed layer lands them (``events.parse``, ``events.landed``), then every view is recomputed by the
+batch layer over those days, which makes them final. Before that, the speed layer folds one
+micro-batch of the last hour's events (``speed_layer.fold``), so the merged views hold speed rows too.
+
+The same SQL runs on two runners, each a function from SQL to rows:
+
+- the serving layer: ``serving_layer.engine.query``, the one long-lived engine per deployment that
+  ``lambdalake query`` and the HTTP server use (DuckDB in its sandbox);
+- the baseline, Spark SQL: the same merged views in a Spark session (``serving_layer.spark_sql``),
+  each query's rows collected to the driver.
+
+Each query is run once untimed on a runner before it is timed there. A latency is the wall-clock time
+from the call to the rows in Python.
+
+- **Point:** one page's one minute of page_views_per_minute; pages and minutes drawn (seeded) from
+  the rows the month has.
+- **Range:** one page's whole month of page_views_per_minute, summed per day (30 rows).
+- **Throughput:** 4 threads each run the point queries back to back for a fixed time; queries/s in all.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batch_layer.recompute import recompute_view
+from infra import generator
+from infra import spark as sparks
+from infra.settings import Settings
+from serving_layer import engine, spark_sql
+from speed_layer.fold import Fold
+from speed_layer.queries import ensure_tables, speed_views
+from views import all_views, events
+
+DAYS = 30
+VIEW = "page_views_per_minute"
+POINTS = 100  # point queries timed per runner
+RANGES = 18  # range queries timed per runner: one per page
+CLIENTS = 4
+SECONDS = 20  # the throughput test's duration per runner
+SPEED_EVENTS = 5_000
+
+Runner = Callable[[str], list]
+
+
+@dataclass
+class Data:
+    start: datetime
+    end: datetime
+    events: int
+    batch_rows: int
+    speed_rows: int
+    build_seconds: float
+
+
+@dataclass
+class Result:
+    point_ms: list[float]
+    range_ms: list[float]
+    queries_per_second: float
+
+
+def _kafka_records(spark, records: list[generator.Record], path: Path):
+    """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
+                        ("timestampType", pa.int32())])
+    pq.write_table(pa.table({
+        "key": [r.key for r in records], "value": [r.value for r in records], "topic": ["events"] * len(records),
+        "partition": [0] * len(records), "offset": range(len(records)), "timestamp": [r.send_at for r in records],
+        "timestampType": [0] * len(records)}, schema=schema), path)
+    return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
+
+
+def build(settings: Settings, count: int, say) -> Data:
+    """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
+    (UTC) and recompute every view over them."""
+    began, now = time.monotonic(), datetime.now(timezone.utc)
+    end = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    start = end - timedelta(days=DAYS)
+    spark = sparks.session(settings, "lambdalake-bench-serving")
+    ensure_tables(spark, settings)
+    say(f"serving: folding {SPEED_EVENTS:,} events of the last hour into the speed views ...")
+    recent = generator.generate(now - timedelta(hours=1), now, SPEED_EVENTS, seed=2)
+    Fold(spark, settings, speed_views(settings), "bench")(_kafka_records(spark, recent, settings.home / "recent"), 0)
+    records = generator.generate(start, end, count, seed=1)
+    say(f"serving: landing {len(records):,} events of {start:%Y-%m-%d} .. {end - timedelta(days=1):%Y-%m-%d} ...")
+    parsed = events.parse(_kafka_records(spark, records, settings.home / "month"), settings.max_payload_bytes,
+                          settings.future_horizon_seconds)
+    events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date").save(
+        settings.table("raw_events"))
+    for view in all_views(settings.view_modules).values():
+        say(f"serving: recomputing {view.name} ...")
+        recompute_view(spark, settings, view, start, end)
+    [(batch, speed)] = engine.query(settings, f"SELECT count_if(is_final), count_if(NOT is_final) FROM {VIEW}")[1]
+    return Data(start, end, len(records), batch, speed, time.monotonic() - began)
+

@@ -1,0 +1,162 @@
+"""The HTTP API and dashboard for analysts (FastAPI; `lambdalake serve`, also started by `lambdalake up`).
+
+- ``GET /views``: the declared views (serving_layer.catalog);
+- ``GET /views/{name}``: a view's merged rows, with a time range, key filters and pagination, each row
+  with its ``source`` (batch or speed) and ``is_final``;
+- ``POST /query``: one sandboxed SELECT (serving_layer.sandbox), as ``lambdalake query`` runs it;
+- ``GET /health``: the speed layer, dead letters, and per view its final and provisional days;
+- ``GET /``: the dashboard (serving_layer/dashboard), with plotly.js from the plotly package.
+
+The OpenAPI description is at ``/openapi.json``. Bound to a loopback address the API is open; bound to
+any other it requires ``Authorization: Bearer <token>`` (setting ``serve_token``, else a token generated
+once and kept in the deployment's home, readable by its owner only).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
+
+from infra.settings import Settings
+from serving_layer import catalog, engine
+from serving_layer.sandbox import QueryError
+from views import all_views
+
+DASHBOARD = Path(__file__).parent / "dashboard"
+#: Query parameters of ``GET /views/{name}`` that are not key filters.
+PAGING = frozenset({"start", "end", "limit", "offset"})
+
+
+class Sql(BaseModel):
+    sql: str
+
+
+class Rows(BaseModel):
+    columns: list[str]
+    rows: list[list]
+
+
+class Page(BaseModel):
+    view: str
+    rows: list[dict]
+    #: The ``offset`` of the next page, or null on the last one.
+    next_offset: int | None
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token(settings: Settings, host: str) -> str | None:
+    """The token requests must carry: ``serve_token`` if set; else, off loopback, one generated once and
+    kept in ``<home>/secrets/serve-token`` (mode 600); else none."""
+    if settings.serve_token or is_loopback(host):
+        return settings.serve_token
+    path = settings.home / "secrets" / "serve-token"
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+@lru_cache(maxsize=1)
+def _plotly() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def create(settings: Settings, required_token: str | None = None) -> FastAPI:
+    """The API and dashboard over ``settings``' deployment; requests need ``required_token`` if given."""
+
+    def authorized(request: Request) -> None:
+        given = request.headers.get("authorization", "")
+        if required_token and not secrets.compare_digest(given.encode(), f"Bearer {required_token}".encode()):
+            raise HTTPException(401, "missing or wrong token: send the header Authorization: Bearer <token>")
+
+    app = FastAPI(title="lambdalake", description=__doc__, docs_url=None, redoc_url=None)
+    app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
+    api = [Depends(authorized)]
+
+    def run(sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+        try:
+            return engine.query(settings, sql, params)
+        except (QueryError, LookupError) as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(DASHBOARD / "index.html")
+
+    @app.get("/plotly.min.js", include_in_schema=False)
+    def plotly() -> Response:
+        return Response(_plotly(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/views", dependencies=api, summary="The declared views, with their final and provisional days")
+    def views() -> list[dict]:
+        return catalog.views(settings)
+
+    @app.get("/views/{name}", dependencies=api, response_model=Page,
+             summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)")
+    def view_rows(request: Request, name: str, start: datetime | None = None, end: datetime | None = None,
+                  limit: int = Query(1000, ge=1, le=settings.query_max_rows), offset: int = Query(0, ge=0)) -> Page:
+        view = all_views(settings.view_modules).get(name)
+        if view is None:
+            raise HTTPException(404, f"no view named {name}")
+        filters = {k: v for k, v in request.query_params.items() if k not in PAGING}
+        unknown = sorted(set(filters) - set(view.keys))
+        if unknown:
+            raise HTTPException(400, f"{', '.join(unknown)}: not a key of {name}; its keys: "
+                                     f"{', '.join(view.keys) or 'none'}")
+        conditions, params = ["TRUE"], {}
+        for label, moment, op in (("start", start, ">="), ("end", end, "<")):
+            if moment is not None:
+                conditions.append(f"window_start {op} ${label}")
+                params[label] = _utc(moment)
+        for i, (key, value) in enumerate(filters.items()):
+            conditions.append(f'CAST("{key}" AS VARCHAR) = $k{i}')
+            params[f"k{i}"] = value
+        if name not in engine.with_data(settings):
+            return Page(view=name, rows=[], next_offset=None)
+        order = ", ".join(f'"{c}"' for c in ("window_start", *view.keys))
+        columns, found = run(f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} '
+                             f"LIMIT {limit + 1} OFFSET {offset}", params)
+        more = len(found) > limit
+        return Page(view=name, rows=[dict(zip(columns, row)) for row in found[:limit]],
+                    next_offset=offset + limit if more else None)
+
+    @app.post("/query", dependencies=api, response_model=Rows, summary="One sandboxed SELECT over the views")
+    def query(body: Sql) -> Rows:
+        columns, found = run(body.sql)
+        return Rows(columns=columns, rows=[list(row) for row in found])
+
+    @app.get("/health", dependencies=api, summary="Speed layer, dead letters, and each view's days")
+    def health() -> dict:
+        return catalog.health(settings)
+
+    return app
+
+
+def serve(settings: Settings, host: str, port: int, say=print) -> None:
+    """Serve the API and dashboard on ``host:port`` until interrupted."""
+    import uvicorn
+
+    required = token(settings, host)
+    say(f"serving http://{host}:{port}/" + (f" (token: {required})" if required else ""))
+    uvicorn.run(create(settings, required), host=host, port=port, log_level="warning")

@@ -1,0 +1,81 @@
+"""What analysts are told about the views: their declarations and tables, and their health.
+
+One description for every front end: ``lambdalake views`` and ``status``, and the HTTP API
+(serving_layer/api.py) with its dashboard.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from infra import services
+from infra.settings import Settings
+from serving_layer import engine
+from serving_layer.sandbox import QueryError
+from views import all_views
+from views.compile import PARTIALS, state_columns
+from views.timebase import UTC, spans
+
+
+def views(settings: Settings) -> list[dict]:
+    """Every declared view: window, keys, measures, tables, and its final and provisional days."""
+    days = engine.finality(settings)
+    return [{
+        "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
+        "keys": list(v.keys), "measures": [m.name for m in v.measures],
+        "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
+        "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
+        "tables": {"batch": settings.table(f"batch/{v.name}"),
+                   "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
+        "speed_states": list(state_columns(v)),
+        "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
+    } for v in all_views(settings.view_modules).values()]
+
+
+def rows(settings: Settings, sql: str) -> list[dict]:
+    """Rows of ``sql`` through the serving engine as dicts; none if its tables do not exist yet."""
+    try:
+        columns, found = engine.query(settings, sql)
+    except (QueryError, LookupError):
+        return []
+    return [dict(zip(columns, row)) for row in found]
+
+
+def _last_commit(settings: Settings, table: str) -> datetime | None:
+    """When ``table`` was last written (its newest Delta commit), if it exists."""
+    try:
+        [commit] = DeltaTable(settings.table(table)).history(1)
+    except TableNotFoundError:
+        return None
+    return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
+
+
+def health(settings: Settings) -> dict:
+    """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
+    written, dead letters, and per view its final and provisional days, late events and newest window."""
+    speed = services.speed_health(settings) or {}
+    written = _last_commit(settings, PARTIALS)
+    late = {r["view"]: r for r in rows(settings, "SELECT view, sum(events) AS events, max(received_at) AS last "
+                                                 "FROM late_events GROUP BY view")}
+    [dead] = rows(settings, "SELECT count(*) AS records FROM dead_letters") or [{"records": 0}]
+    per_view = {}
+    for view in views(settings):
+        name = view["name"]
+        newest = rows(settings, f'SELECT max(window_start) AS newest FROM "{name}"')
+        per_view[name] = {
+            "final_days": view["final_days"], "provisional_days": view["provisional_days"],
+            "newest_window": newest[0]["newest"] if newest else None,
+            "late_events": int((late.get(name) or {}).get("events") or 0),
+        }
+    return {
+        "speed_layer": {"running": bool(speed), "lag": speed.get("lag"), "watermark": speed.get("watermark"),
+                        "error": speed.get("error"), "last_micro_batch": speed.get("steps") or None},
+        "speed_rows_written": written,
+        "speed_rows_age_seconds": None if written is None else round(time.time() - written.timestamp(), 3),
+        "dead_letters": dead["records"],
+        "views": per_view,
+    }

@@ -1,0 +1,180 @@
+"""The HTTP API and the dashboard, served by `lambdalake serve` as a real process over a deployment whose
+first day batch made final and whose second day only the speed layer has seen; the dashboard is
+driven in a real headless Chromium (Debian's chromium and chromium-driver, through selenium)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import requests
+
+from batch_layer.recompute import recompute_view
+from infra import generator, processes, services
+from infra.settings import REPO, load
+from serving_layer import engine
+from speed_layer import queries
+from speed_layer.fold import Fold
+from tests.integration.records import kafka_frame
+from views import all_views, timebase
+
+pytestmark = [pytest.mark.integration]
+
+DAY = timebase.day_start(datetime(2026, 5, 4).date())
+#: Where the browser test keeps its screenshot.
+ARTIFACTS = Path(os.environ.get("LAMBDALAKE_ARTIFACTS", REPO / ".artifacts"))
+
+
+def _home(tmp_path_factory, deployment, name: str, **overrides):
+    home = tmp_path_factory.mktemp(name)
+    stored = json.loads((deployment.home / "settings.json").read_text())
+    (home / "settings.json").write_text(json.dumps({**stored, **overrides}))
+    return load(home)
+
+
+@pytest.fixture(scope="module")
+def served(spark, deployment, tmp_path_factory):
+    """A running `lambdalake serve` over two days of events: the first final (batch), the second provisional."""
+    settings = _home(tmp_path_factory, deployment, "served", serve_port=18000)
+    records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
+                                 mix=generator.Mix(late=0, duplicate=0.05, malformed=0.05))
+    views = all_views(settings.view_modules)
+    queries.ensure_tables(spark, settings)
+    Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
+    for view in views.values():
+        recompute_view(spark, settings, view, DAY, DAY + timedelta(days=1))
+    services.start_serving(settings)
+    yield settings
+    processes.stop(settings, services.SERVING)
+
+
+def _get(settings, path: str, **params):
+    return requests.get(settings.serve_url + path.lstrip("/"), params=params, timeout=30)
+
+
+def _all_rows(settings, name: str) -> list[dict]:
+    columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
+    return [dict(zip(columns, row)) for row in rows]
+
+
+def _key(view, row: dict) -> tuple:
+    return (timebase.utc(datetime.fromisoformat(row["window_start"]) if isinstance(row["window_start"], str)
+                         else row["window_start"]), *(row[k] for k in view.keys))
+
+
+def test_views_lists_every_view_with_its_final_and_provisional_days(served):
+    listing = {v["name"]: v for v in _get(served, "/views").json()}
+    assert set(listing) == set(all_views(served.view_modules))
+    first, second = DAY.date(), (DAY + timedelta(days=1)).date()
+    for view in listing.values():
+        assert view["final_days"] == str(first), view["name"]
+        assert view["provisional_days"] == str(second), view["name"]
+
+
+def test_view_rows_page_through_the_merged_view_with_source_and_finality(served):
+    view = all_views()["page_views_per_minute"]
+    expected = {_key(view, r): r for r in _all_rows(served, view.name)}
+    seen, offset, pages = {}, 0, 0
+    while offset is not None:
+        page = _get(served, f"/views/{view.name}", limit=500, offset=offset).json()
+        for row in page["rows"]:
+            assert _key(view, row) not in seen
+            seen[_key(view, row)] = row
+        offset, pages = page["next_offset"], pages + 1
+    assert pages > 1 and set(seen) == set(expected)
+    for key, row in seen.items():
+        final = key[0] < DAY + timedelta(days=1)
+        assert (row["source"], row["is_final"]) == (("batch", True) if final else ("speed", False)), key
+        assert row["views"] == expected[key]["views"], key
+
+
+def test_view_rows_filter_by_time_range_and_key(served):
+    view = all_views()["page_views_per_minute"]
+    start, end = DAY + timedelta(hours=20), DAY + timedelta(hours=28)
+    page = sorted(_all_rows(served, view.name), key=lambda r: -r["views"])[0]["page"]
+    rows = _get(served, f"/views/{view.name}", start=start.isoformat(), end=end.isoformat(), page=page).json()["rows"]
+    expected = {_key(view, r) for r in _all_rows(served, view.name)
+                if start <= timebase.utc(r["window_start"]) < end and r["page"] == page}
+    assert expected and {_key(view, r) for r in rows} == expected
+    assert {r["source"] for r in rows} == {"batch", "speed"}  # the range spans the final day's end
+
+
+def test_view_rows_explain_bad_requests(served):
+    assert _get(served, "/views/no_such_view").status_code == 404
+    unknown = _get(served, "/views/page_views_per_minute", colour="red")
+    assert unknown.status_code == 400 and "colour: not a key of page_views_per_minute" in unknown.json()["detail"]
+    assert _get(served, "/views/page_views_per_minute", limit=0).status_code == 422
+
+
+def test_query_runs_sandboxed_sql(served, tmp_path):
+    sql = "SELECT page, sum(views) AS views FROM page_views_per_minute GROUP BY page ORDER BY page"
+    body = requests.post(served.serve_url + "query", json={"sql": sql}, timeout=30).json()
+    columns, rows = engine.query(served, sql)
+    assert body == {"columns": columns, "rows": [list(r) for r in rows]} and rows
+    target = tmp_path / "stolen.csv"
+    escape = requests.post(served.serve_url + "query", timeout=30,
+                           json={"sql": f"COPY (SELECT * FROM raw_events) TO '{target}'"})
+    assert escape.status_code == 400 and "only SELECT" in escape.json()["detail"] and not target.exists()
+
+
+def test_health_reports_days_dead_letters_and_freshness(served):
+    health = _get(served, "/health").json()
+    [(dead,)] = engine.query(served, "SELECT count(*) FROM dead_letters")[1]
+    assert dead > 0 and health["dead_letters"] == dead
+    assert health["speed_layer"]["running"] is False and health["speed_rows_age_seconds"] >= 0
+    page_views = health["views"]["page_views_per_minute"]
+    assert (page_views["final_days"], page_views["provisional_days"]) == (str(DAY.date()), str((DAY + timedelta(days=1)).date()))
+    assert datetime.fromisoformat(page_views["newest_window"]) >= DAY + timedelta(days=1)
+
+
+def test_openapi_describes_every_route(served):
+    paths = _get(served, "/openapi.json").json()["paths"]
+    assert {"/views", "/views/{name}", "/query", "/health"} <= set(paths)
+
+
+def test_a_set_token_is_required(served, tmp_path_factory, deployment):
+    settings = _home(tmp_path_factory, deployment, "token", serve_port=18001, serve_token="s3cret")
+    settings.data.mkdir(parents=True)
+    services.start_serving(settings)
+    try:
+        assert _get(settings, "/views").status_code == 401
+        ok = requests.get(settings.serve_url + "views", headers={"Authorization": "Bearer s3cret"}, timeout=30)
+        assert ok.status_code == 200
+    finally:
+        processes.stop(settings, services.SERVING)
+
+
+def test_dashboard_charts_final_and_provisional_rows_and_runs_a_query(served):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        browser.get(served.serve_url)
+        wait = WebDriverWait(browser, 60)
+        points = lambda trace: browser.find_elements(  # noqa: E731
+            By.CSS_SELECTOR, f"#chart g.trace.scatter:nth-of-type({trace}) path.point")
+        wait.until(lambda _: points(1) and points(2))  # final (batch) and provisional (speed) rows
+        legend = browser.find_element(By.CSS_SELECTOR, "#chart .legend").text
+        assert "final (batch)" in legend and "provisional (speed)" in legend
+        assert "dead letters" in browser.find_element(By.ID, "health").text
+        sql = browser.find_element(By.ID, "sql")
+        sql.clear()
+        sql.send_keys("SELECT page, sum(views) AS views FROM page_views_per_minute GROUP BY page ORDER BY page")
+        browser.find_element(By.ID, "run").click()
+        wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#result tr")) > 1)
+        pages = engine.query(served, "SELECT count(DISTINCT page) FROM page_views_per_minute")[1][0][0]
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#result tr")) == pages + 1
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    finally:
+        browser.quit()
