@@ -1,0 +1,69 @@
+"""Replays: send dead letters back to the events topic, corrected or as they were, each at most once.
+
+Corrected values (``--from-file``) or the unchanged raw payloads of the dead letters whose reason
+matches (``--reason``) go to the events topic, keyed as before, so the running speed layer lands them
+like any record (or dead-letters them again). Each replay is recorded in the Delta table
+``dead_letter_replays`` and a dead letter found there is never sent again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from infra.settings import Settings
+from serving_layer.deadletters import queries
+from serving_layer.deadletters.corrections import Replay, Request, plan, read_requests
+
+REPLAYS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                            ("replayed_at", pa.timestamp("us", tz="UTC")), ("corrected", pa.bool_())])
+
+
+def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
+    from kafka.errors import KafkaError
+
+    from infra import producer
+
+    try:
+        return producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
+                                           for r in replays))
+    except KafkaError as exc:
+        raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc!r}); "
+                         f"is it running? (`lambdalake status`)") from None
+
+
+def _record(settings: Settings, replays: list[Replay]) -> None:
+    from deltalake import write_deltalake
+
+    now = datetime.now(timezone.utc)
+    rows = [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
+    write_deltalake(settings.table(queries.REPLAYS), pa.Table.from_pylist(rows, REPLAYS_SCHEMA), mode="append")
+
+
+def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> dict:
+    """Send the corrections in ``from_file``, or the raw payloads of the dead letters whose reason
+    contains ``reason``, to the events topic, skipping dead letters already replayed; record what
+    Kafka acknowledged in dead_letter_replays."""
+    if (from_file is None) == (reason is None):
+        raise ValueError("deadletters replay needs either --from-file F or --reason TEXT")
+    requests = None if from_file is None else read_requests(from_file, settings.events_topic)
+    rows = queries.over(settings)
+    found = queries.dead_letters(rows, reason, None if requests is None else [r.at for r in requests])
+    done = queries.replayed(rows)
+    if not found:
+        raise ValueError(f"no dead letter's reason contains {reason!r} (see `lambdalake deadletters`)"
+                         if requests is None else
+                         f"none of the {len(requests)} dead letters named in {from_file} is in dead_letters "
+                         f"(a line without \"topic\" means {settings.events_topic!r})")
+    chosen = plan([Request(at) for at in found] if requests is None else requests, found, done)
+    acknowledged = _send(settings, chosen.send) if chosen.send else []
+    sent = [r for r, ok in zip(chosen.send, acknowledged) if ok]
+    if sent:
+        _record(settings, sent)
+    if len(sent) < len(chosen.send):
+        raise ValueError(f"Kafka acknowledged {len(sent)} of {len(chosen.send)} records (those are recorded as "
+                         f"replayed); rerun to send the rest")
+    return {"topic": settings.events_topic, "sent": [r.letter.at for r in sent],
+            "already_replayed": chosen.already_replayed, "not_found": chosen.not_found}
