@@ -1,5 +1,5 @@
 """``python -m bench`` (``make bench``): measure the speed layer against a bare Structured Streaming
-job in one run, and rewrite BENCHMARKS.md."""
+job, and the serving layer against Spark SQL, and rewrite their parts of BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from bench import live, throughput
+from bench import live, serving, throughput
 from infra import generator, kafka, processes, producer
 from infra.settings import REPO, Settings
 from serving_layer.cli import Parser
@@ -24,6 +24,10 @@ REPORT = REPO / "BENCHMARKS.md"
 #: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
 PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080}
 JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
+#: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
+PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving"}
+HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving) comes from one "
+          "run, stated at its end, each against a baseline measured in the same run.\n")
 
 
 def _count(text: str) -> int:
@@ -42,6 +46,9 @@ def _parser() -> Parser:
     parser.add_argument("--runs", type=_count, default=3, help="drains of the backlog per job (default 3)")
     parser.add_argument("--steady-seconds", type=_count, default=300, help="seconds per steady rate tried (default 300)")
     parser.add_argument("--markers", type=_count, default=30, help="freshness markers (default 30)")
+    parser.add_argument("--serving-events", type=_count, default=1_000_000,
+                        help="events over the serving part's month (default 1000000)")
+    parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the other's figures")
     return parser
 
 
@@ -130,10 +137,7 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
                    f"{s.lag_last_minute:,.0f} | {'yes' if s.kept_up else 'no'} |" for s in steady]
     kept = [s.rate for s in steady if s.kept_up]
     return "\n".join([
-        "# Benchmarks", "",
-        "Written by `make bench` (`bench/`): every figure comes from one run, each against a baseline measured "
-        "in the same run.", "",
-        "## Throughput: draining a backlog", "", _doc(throughput), "",
+        PARTS["speed"], "", _doc(throughput), "",
         f"Backlog: {total:,} records. Events/s: median of {len(full)} drains (each drain listed).", "",
         "| job | events/s | drains | ratio to baseline |", "|---|---|---|---|", *rows, "",
         f"Memory of the speed layer (driver and JVM, resident) at each quarter of the drain with all views: {memory}.",
@@ -153,11 +157,38 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
         "No rate tried was kept up with.", "",
         "## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",
         "| view | p50 s | p95 s | p99 s | not seen in 30 s |", "|---|---|---|---|---|", *fresh_rows, "",
-        "## Run", "",
-        f"- Command: `{command}`",
-        f"- Date: {date}, {minutes:.0f} min in all",
-        f"- Machine: {machine()}", "",
+        "## Run", "", *_run(command, date, minutes), "",
     ])
+
+
+def render_serving(data: serving.Data, results: dict[str, serving.Result], points: list[str], ranges: list[str],
+                   command: str, date: str, minutes: float) -> str:
+    ours, base = (results[name] for name in serving.RUNNERS)
+    rows = []
+    for kind, target in (("point", 10), ("range", 100)):
+        for share in (0.5, 0.95):
+            fast, slow = (live.percentile(r.latency_ms[kind], share) for r in (ours, base))
+            aim = f"≤ {target}: {'met' if fast <= target else 'not met'}" if kind == "range" or share == 0.5 else ""
+            rows.append(f"| {kind} query, p{share * 100:.0f} ms | {fast:,.1f} | {slow:,.1f} | {slow / fast:,.1f} | "
+                        f"{aim} |")
+    fast, slow = ours.queries_per_second, base.queries_per_second
+    rows.append(f"| {serving.CLIENTS} clients, point queries/s | {fast:,.0f} | {slow:,.1f} | {fast / slow:,.1f} | "
+                f"≥ 200: {'met' if fast >= 200 else 'not met'} |")
+    return "\n".join([
+        PARTS["serving"], "", _doc(serving), "",
+        f"Data: {data.events:,} events over {data.start:%Y-%m-%d} .. {data.end - timedelta(days=1):%Y-%m-%d}; "
+        f"page_views_per_minute holds {data.batch_rows:,} final (batch) rows of those days and {data.speed_rows:,} "
+        f"speed rows. Building it took {data.build_seconds / 60:.1f} min, not counted below. Per runner: "
+        f"{len(points)} point queries, {len(ranges)} range queries (one per page), then {serving.CLIENTS} clients for "
+        f"{serving.SECONDS} s. The first of each:", "",
+        "```sql", points[0], ranges[0], "```", "",
+        f"| measure | {' | '.join(serving.RUNNERS)} | times faster | target |", "|---|---|---|---|---|", *rows, "",
+        "### Run", "", *_run(command, date, minutes), "",
+    ])
+
+
+def _run(command: str, date: str, minutes: float) -> list[str]:
+    return [f"- Command: `{command}`", f"- Date: {date}, {minutes:.0f} min in all", f"- Machine: {machine()}"]
 
 
 def _p(times: list[float], share: float) -> str:
@@ -169,12 +200,8 @@ def _doc(module) -> str:
     return (module.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv)
-    say = lambda text: print(text, flush=True)  # noqa: E731
-    date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="lambdalake-bench-"))
+def _speed(args, root: Path, say):
+    """The speed part's figures: drains of a backlog, steady rates and freshness."""
     broker = _deployment(root, "broker")
     try:
         say(f"starting Kafka on {broker.kafka_bootstrap} (under {root}) ...")
@@ -184,14 +211,40 @@ def main(argv: list[str] | None = None) -> int:
         full = throughput.median_rate(total, drains[JOBS[2]])
         rates = [round(full * share, -2) for share in (0.5, 0.8)]
         fresh, steady = _live(root, rates, args.steady_seconds, args.markers, say)
+    finally:
+        kafka.stop(broker)
+    return total, drains, fresh, steady
+
+
+def _parts(text: str) -> dict[str, str]:
+    """The parts of a report written before, by name (see :data:`PARTS`)."""
+    starts = sorted((text.index(f"\n{heading}\n") + 1, name) for name, heading in PARTS.items()
+                    if f"\n{heading}\n" in text)
+    ends = [start for start, _ in starts[1:]] + [len(text)]
+    return {name: text[start:end].rstrip() + "\n" for (start, name), end in zip(starts, ends)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    say = lambda text: print(text, flush=True)  # noqa: E731
+    parts = _parts(REPORT.read_text()) if REPORT.exists() else {}
+    root = Path(tempfile.mkdtemp(prefix="lambdalake-bench-"))
+    try:
+        for part in [args.only] if args.only else PARTS:
+            date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
+            if part == "speed":
+                figures, write = _speed(args, root, say), render
+            else:
+                figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
+            parts[part] = write(*figures, _command(argv), date, (time.monotonic() - began) / 60)
+            REPORT.write_text(HEADER + "\n" + "\n".join(parts[name] for name in PARTS if name in parts))
+            say(f"wrote the {part} part of {REPORT.relative_to(REPO)}")
     except (processes.ServiceError, RuntimeError, TimeoutError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
     finally:
-        kafka.stop(broker)
         shutil.rmtree(root, ignore_errors=True)
-    REPORT.write_text(render(total, drains, fresh, steady, _command(argv), date, (time.monotonic() - began) / 60))
-    say(f"wrote {REPORT.relative_to(REPO)}")
     return 0
 
 

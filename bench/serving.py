@@ -10,8 +10,8 @@ The same SQL runs on two runners, each a function from SQL to rows:
 
 - the serving layer: ``serving_layer.engine.query``, the one long-lived engine per deployment that
   ``lambdalake query`` and the HTTP server use (DuckDB in its sandbox);
-- the baseline, Spark SQL: the same merged views in a Spark session (``serving_layer.spark_sql``),
-  each query's rows collected to the driver.
+- the baseline, Spark SQL: the same merged views in a Spark session (``serving_layer.spark_sql``) of
+  the local Spark the layers use (``infra.spark``), each query's rows collected to the driver.
 
 Each query is run once untimed on a runner before it is timed there. A latency is the wall-clock time
 from the call to the rows in Python.
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from batch_layer.recompute import recompute_view
 from infra import generator
@@ -47,11 +48,11 @@ from views import all_views, events
 
 DAYS = 30
 VIEW = "page_views_per_minute"
-POINTS = 100  # point queries timed per runner
-RANGES = 18  # range queries timed per runner: one per page
+POINTS = 100  # point queries per runner (range queries: one per page)
 CLIENTS = 4
 SECONDS = 20  # the throughput test's duration per runner
 SPEED_EVENTS = 5_000
+RUNNERS = ("serving layer", "Spark SQL (baseline)")
 
 Runner = Callable[[str], list]
 
@@ -68,8 +69,8 @@ class Data:
 
 @dataclass
 class Result:
-    point_ms: list[float]
-    range_ms: list[float]
+    #: Milliseconds per query, by kind ("point", "range").
+    latency_ms: dict[str, list[float]]
     queries_per_second: float
 
 
@@ -85,13 +86,12 @@ def _kafka_records(spark, records: list[generator.Record], path: Path):
     return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
 
 
-def build(settings: Settings, count: int, say) -> Data:
+def build(spark, settings: Settings, count: int, say) -> Data:
     """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
     (UTC) and recompute every view over them."""
     began, now = time.monotonic(), datetime.now(timezone.utc)
     end = now.replace(hour=0, minute=0, second=0, microsecond=0)
     start = end - timedelta(days=DAYS)
-    spark = sparks.session(settings, "lambdalake-bench-serving")
     ensure_tables(spark, settings)
     say(f"serving: folding {SPEED_EVENTS:,} events of the last hour into the speed views ...")
     recent = generator.generate(now - timedelta(hours=1), now, SPEED_EVENTS, seed=2)
@@ -108,3 +108,74 @@ def build(settings: Settings, count: int, say) -> Data:
     [(batch, speed)] = engine.query(settings, f"SELECT count_if(is_final), count_if(NOT is_final) FROM {VIEW}")[1]
     return Data(start, end, len(records), batch, speed, time.monotonic() - began)
 
+
+def _at(moment: datetime) -> str:
+    return f"TIMESTAMP '{moment:%Y-%m-%d %H:%M:%S}'"
+
+
+def queries(settings: Settings, data: Data, seed: int = 3) -> tuple[list[str], list[str]]:
+    """The point queries, at pages and minutes drawn from the view's batch rows, and the range queries."""
+    rows = DeltaTable(settings.table(f"batch/{VIEW}")).to_pyarrow_table(columns=["page", "window_start"]).to_pylist()
+    points = [f"SELECT * FROM \"{VIEW}\" WHERE page = '{r['page']}' AND window_start = {_at(r['window_start'])}"
+              for r in random.Random(seed).sample(rows, POINTS)]
+    ranges = [f"SELECT CAST(window_start AS DATE) AS day, sum(views) AS views FROM \"{VIEW}\" WHERE page = '{page}' "
+              f"AND window_start >= {_at(data.start)} AND window_start < {_at(data.end)} GROUP BY 1 ORDER BY 1"
+              for page in generator.PAGES]
+    return points, ranges
+
+
+def _latencies(run: Runner, queries: list[str], rows: int) -> list[float]:
+    """Milliseconds per query, each run once untimed first (and checked to give ``rows`` rows)."""
+    for sql in queries:
+        if len(run(sql)) != rows:
+            raise RuntimeError(f"expected {rows} rows from {sql}")
+    times = []
+    for sql in queries:
+        began = time.perf_counter()
+        run(sql)
+        times.append((time.perf_counter() - began) * 1000)
+    return times
+
+
+def _throughput(run: Runner, queries: list[str]) -> float:
+    """Queries/s of ``CLIENTS`` threads each running ``queries`` back to back (from an offset of its own)
+    for ``SECONDS``."""
+    done, deadline = [0] * CLIENTS, time.monotonic() + SECONDS
+
+    def client(i: int) -> None:
+        while time.monotonic() < deadline:
+            run(queries[(i * len(queries) // CLIENTS + done[i]) % len(queries)])
+            done[i] += 1
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.monotonic() - began)
+
+
+def measure(run: Runner, points: list[str], ranges: list[str]) -> Result:
+    return Result({"point": _latencies(run, points, 1), "range": _latencies(run, ranges, DAYS)},
+                  _throughput(run, points))
+
+
+def run(settings: Settings, count: int, say) -> tuple[Data, dict[str, Result], list[str], list[str]]:
+    """Build the data, then measure the serving layer and Spark SQL with the same queries."""
+    spark = sparks.session(settings, "lambdalake-bench-serving")
+    try:
+        data = build(spark, settings, count, say)
+        points, ranges = queries(settings, data)
+        session = spark_sql.session(spark, settings)
+        runners = dict(zip(RUNNERS, (lambda sql: engine.query(settings, sql)[1],
+                                     lambda sql: session.sql(sql).collect())))
+        results = {}
+        for name, runner in runners.items():
+            say(f"serving: timing {name} ...")
+            result = results[name] = measure(runner, points, ranges)
+            say(f"  point p50 {statistics.median(result.latency_ms['point']):,.1f} ms, range p50 "
+                f"{statistics.median(result.latency_ms['range']):,.1f} ms, {result.queries_per_second:,.1f} queries/s")
+    finally:
+        spark.stop()
+    return data, results, points, ranges
