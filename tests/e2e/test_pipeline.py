@@ -119,15 +119,20 @@ def _late_events_reach_the_merged_view(airflow_service, records: list, category,
     yesterday = today - timedelta(days=1)
     late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
                               shaped=False, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    def counted() -> int:  # history sent in one go may have been counted late too, when partitions ran apart
+        _, [(events,)] = engine.query(settings, (
+            "SELECT coalesce(sum(events), 0) FROM late_events "
+            f"WHERE view = 'page_views_per_minute' AND day = DATE '{yesterday:%Y-%m-%d}'"))
+        return events
+
+    before = counted()
     services.start_speed(settings)
     try:
         producer.send(settings, late)
         services.wait_for_landing(settings)
     finally:
         services.stop_speed(settings)
-    _, [(counted,)] = engine.query(settings, (
-        f"SELECT sum(events) FROM late_events WHERE view = 'page_views_per_minute' AND day = DATE '{yesterday:%Y-%m-%d}'"))
-    assert counted == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
+    assert counted() - before == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
 
     client.unpause("late_data_recompute")
     run = client.trigger("late_data_recompute", datetime.now(timebase.UTC))
