@@ -2,9 +2,11 @@
 
 Every declared view is a SQL view of the same name: batch rows of its final days and speed rows of the
 others (serving_layer.merge); the master dataset and dead letters are there too, as ``raw_events`` and
-``dead_letters``. An :class:`Engine` serves many
-queries: it opens a table again only when its Delta log changed, and runs each query in the sandbox
-(``serving_layer/sandbox.py``) on a cursor of its own, so readers run side by side.
+``dead_letters``. An :class:`Engine` serves many queries: it opens a table again only when its Delta
+log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) on a cursor of its own,
+so readers run side by side. Each version of the tables the views read is copied once into DuckDB's
+own storage, where a point query takes a millisecond; the master dataset and dead letters, which grow
+with every micro-batch, are scanned in place.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import atexit
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -29,6 +32,8 @@ from views import all_views, compile
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
           "product_changes", "products")
+#: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
+SCANNED = frozenset({"raw_events", "dead_letters"})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
 #: (a file system may stamp two changes within one clock tick alike).
 SETTLED_NS = 1_000_000_000
@@ -110,12 +115,18 @@ class _Table:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _State:
-    """What a cursor has registered: Arrow datasets by name, and the merged views' SQL by name."""
+    """What a cursor has registered: by name, each table's data (an Arrow dataset, or the name of its
+    copy in the database), and each merged view's SQL."""
 
-    datasets: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
     views: dict[str, str] = field(default_factory=dict)
+
+
+def _copies(tables: dict) -> set[str]:
+    """The names of the table copies among a state's ``tables``."""
+    return {data for data in tables.values() if isinstance(data, str)}
 
 
 class _Cursor:
@@ -130,11 +141,15 @@ class _Cursor:
             return
         for name in self.state.views.keys() - state.views.keys():
             self.con.execute(f'DROP VIEW "{name}"')
-        for name in self.state.datasets.keys() - state.datasets.keys():
+        for name in self.state.tables.keys() - state.tables.keys():
             self.con.unregister(name)
-        for name, dataset in state.datasets.items():
-            if self.state.datasets.get(name) is not dataset:
-                self.con.register(name, dataset)
+        for name, data in state.tables.items():
+            if self.state.tables.get(name) is data:
+                continue
+            if isinstance(data, str):
+                self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS FROM "{data}"')
+            else:
+                self.con.register(name, data)
         for name, sql in state.views.items():
             if self.state.views.get(name) != sql:
                 self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
@@ -152,32 +167,66 @@ class Engine:
         self._db = sandbox.connect()
         sketch_functions(self._db)
         self._state, self._idle, self._lock = _State(), [], threading.Lock()
+        #: States that queries are running on, and copies no longer current (dropped once unused).
+        self._running: Counter[_State] = Counter()
+        self._retired: set[str] = set()
 
     def refresh(self) -> _State:
         """What is registered now, opening the tables whose Delta log changed."""
         with self._lock:
-            if any([table.changed() for table in self._tables.values()]):
-                datasets = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
-                self._state = _State(datasets, self._view_sql(datasets))
-            return self._state
+            return self._refresh()
 
-    def _view_sql(self, datasets: dict) -> dict[str, str]:
-        partials = datasets.get(compile.PARTIALS)
-        return merged_views(self._views, set(datasets), set(partials.schema.names) if partials else set())
+    def _refresh(self) -> _State:
+        """:meth:`refresh`, with the lock held; copies the new versions of the tables not :data:`SCANNED`."""
+        changed = [name for name, table in self._tables.items() if table.changed()]
+        if changed:
+            tables = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
+            tables.update({name: self._copy(name) for name in changed if name in tables and name not in SCANNED})
+            tables.update({name: data for name, data in self._state.tables.items()
+                           if name in tables and name not in changed and isinstance(data, str)})
+            self._retired.update(_copies(self._state.tables) - _copies(tables))
+            self._state = _State(tables, self._view_sql(tables))
+            self._drop_unused()
+        return self._state
+
+    def _drop_unused(self) -> None:
+        """Drop the retired copies that no running query's state holds."""
+        unused = self._retired.difference(*(_copies(state.tables) for state in self._running))
+        for copy in unused:
+            self._db.execute(f'DROP TABLE "{copy}"')
+        self._retired -= unused
+
+    def _copy(self, name: str) -> str:
+        """Copy the current version of table ``name`` into the database; the copy's name."""
+        table = self._tables[name]
+        copy = f"{name}@{table.version}"
+        self._db.register("_version", table.dataset)
+        try:
+            self._db.execute(f'CREATE OR REPLACE TABLE "{copy}" AS FROM _version')
+        finally:
+            self._db.unregister("_version")
+        return copy
+
+    def _view_sql(self, tables: dict) -> dict[str, str]:
+        partials = self._tables[compile.PARTIALS].dataset
+        return merged_views(self._views, set(tables), set(partials.schema.names) if partials else set())
 
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
         views; the column names and rows."""
-        state = self.refresh()
         with self._lock:
+            state = self._refresh()
+            self._running[state] += 1
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
         try:
             cursor.sync(state)
-            sandbox.check(cursor.con, sql, state.datasets.keys() | state.views.keys())
+            sandbox.check(cursor.con, sql, state.tables.keys() | state.views.keys())
             return sandbox.run(cursor.con, sql, self.settings.query_timeout_seconds, self.settings.query_max_rows, params)
         finally:
             with self._lock:
                 self._idle.append(cursor)
+                self._running -= Counter([state])
+                self._drop_unused()
 
     def close(self) -> None:
         with self._lock:
@@ -214,4 +263,4 @@ def query(settings: Settings, sql: str, params: dict | None = None) -> tuple[lis
 def with_data(settings: Settings) -> set[str]:
     """The views and tables that have data now (a view has data once its batch or speed table exists)."""
     state = _engine(settings).refresh()
-    return state.datasets.keys() | state.views.keys()
+    return state.tables.keys() | state.views.keys()

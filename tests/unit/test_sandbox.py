@@ -148,3 +148,27 @@ def test_concurrent_readers(settings):
         results = list(pool.map(lambda i: engine.query(settings, f"SELECT sum(n) + {i} FROM raw_events")[1],
                                 range(40)))
     assert results == [[(3 + i,)] for i in range(40)]
+
+
+def test_readers_see_each_new_version_while_it_is_written(settings):
+    """Tables the views read are copied at each version: readers never fail or go back while a writer
+    appends, and only the newest copy is kept."""
+    path, start = settings.table("batch/page_views_per_minute"), datetime(2026, 1, 1, 11, tzinfo=UTC)
+
+    def write(i: int) -> None:
+        write_deltalake(path, pa.table({"window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW),
+                                        "page": [f"/{i}"], "views": [1], "unique_users": [1]}), mode="append")
+
+    def read(_) -> list[int]:
+        return [engine.query(settings, "SELECT count(*) FROM page_views_per_minute")[1][0][0] for _ in range(30)]
+
+    with ThreadPoolExecutor(5) as pool:
+        readers = [pool.submit(read, i) for i in range(4)]
+        for i in range(10):
+            write(i)
+        seen = [reader.result() for reader in readers]
+    assert all(counts == sorted(counts) and counts[0] >= 1 for counts in seen)
+    assert engine.query(settings, "SELECT count(*) FROM page_views_per_minute")[1] == [(11,)]
+    copies = engine._engine(settings)._db.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'batch_page_views_per_minute@%'").fetchall()
+    assert copies == [("batch_page_views_per_minute@10",)]
