@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from batch_layer import quality
 from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
@@ -42,26 +43,12 @@ def _table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-class ExpectationFailed(ValueError):
-    """A view's rows broke its data-quality expectations; nothing was written."""
-
-
-def check_expectations(view: View, rows: DataFrame) -> None:
-    """Raise :class:`ExpectationFailed` naming each expectation that some of ``rows`` break."""
-    if not view.expectations:
-        return
-    broken = rows.select(*(F.count_if(~F.coalesce(F.expr(e), F.lit(False))).alias(str(i))
-                           for i, e in enumerate(view.expectations))).first()
-    failures = [f"{e!r} fails for {broken[i]} rows" for i, e in enumerate(view.expectations) if broken[i]]
-    if failures:
-        raise ExpectationFailed(f"view {view.name}: {'; '.join(failures)}; its batch table was left as it was")
-
-
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` and record those days complete.
 
     Events are read from as far before and after those days as the view's windows reach (a session
-    that began the day before, a 10-minute window starting at 23:59, a click after midnight).
+    that began the day before, a 10-minute window starting at 23:59, a click after midnight). The rows
+    pass the view's Great Expectations suite (batch_layer.quality) before they are written.
     """
     start, end = timebase.utc(start), timebase.utc(end)
     days = timebase.days_between(start, end)
@@ -71,7 +58,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window).persist()
     try:
-        check_expectations(view, rows)
+        quality.check_view(spark, settings, view, rows, events, start, end)
         per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
         (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
          .save(settings.table(f"batch/{view.name}")))
@@ -90,7 +77,9 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 
 
 def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
-    """Recompute every view for ``[start, end)`` (whole UTC days); the summary per view."""
+    """Check raw_events for ``[start, end)`` (whole UTC days), then recompute every view for those
+    days; the summary per view."""
     spark = sparks.session(settings, "lambdalake-batch")
+    quality.check_raw_events(spark, settings, _table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)
     return {name: recompute_view(spark, settings, view, start, end) for name, view in views.items()}

@@ -17,12 +17,15 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, get_current_context, task
 
+from infra import dags
 from infra.settings import load
+
+settings = load()
 
 
 def _start_date() -> datetime:
     """The deployment's first batch day, or three days ago if ``lambdalake up`` has not set one."""
-    configured = load().batch_start_date
+    configured = settings.batch_start_date
     if configured:
         return datetime.fromisoformat(configured).replace(tzinfo=timezone.utc)
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -31,22 +34,22 @@ def _start_date() -> datetime:
 
 with DAG(
     dag_id="batch_recompute",
-    doc_md=__doc__,
+    doc_md=__doc__ + dags.quality_docs(settings),
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=_start_date(),
     catchup=True,
     max_active_runs=1,
     max_active_tasks=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "pool": "spark"},
+    default_args=dags.default_args(pool="spark"),
     tags=["lambdalake", "batch"],
 ):
 
-    @task
+    @task(inlets=[dags.table(settings, "raw_events")], outlets=dags.batch_tables(settings))
     def recompute() -> dict:
         """Recompute all views for the run's data interval; return the batch layer's summary."""
         from batch_layer.recompute import recompute_day
 
         context = get_current_context()
-        return recompute_day(load(), context["data_interval_start"], context["data_interval_end"])
+        return recompute_day(settings, context["data_interval_start"], context["data_interval_end"])
 
     recompute()

@@ -9,21 +9,24 @@ Days not batched yet need nothing: their nightly `batch_recompute` run will coun
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 
 from airflow.sdk import DAG, task
 
+from infra import dags
 from infra.settings import load
+
+settings = load()
 
 with DAG(
     dag_id="late_data_recompute",
-    doc_md=__doc__,
+    doc_md=__doc__ + dags.quality_docs(settings),
     schedule="@hourly",
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
     max_active_tasks=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "pool": "spark"},
+    default_args=dags.default_args(pool="spark"),
     tags=["lambdalake", "batch"],
 ):
 
@@ -32,15 +35,16 @@ with DAG(
         """The days to recompute (read from two small Delta tables, no Spark)."""
         from batch_layer.stale import stale_days as find
 
-        return [day.isoformat() for day in find(load())]
+        return [day.isoformat() for day in find(settings)]
 
-    @task
+    @task(inlets=[dags.table(settings, "raw_events"), dags.table(settings, "late_events")],
+          outlets=dags.batch_tables(settings))
     def recompute(day: str) -> dict:
         """Recompute every view for one stale day."""
         from batch_layer.recompute import recompute_day
         from views.timebase import DAY, day_start
 
         start = day_start(date.fromisoformat(day))
-        return recompute_day(load(), start, start + DAY)
+        return recompute_day(settings, start, start + DAY)
 
     recompute.expand(day=stale_days())

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, task
 
+from infra import dags
 from infra.settings import load
 
 with DAG(
@@ -23,7 +24,7 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=5), "pool": "spark"},
+    default_args=dags.default_args(timedelta(minutes=5), pool="spark"),
     tags=["lambdalake", "speed"],
 ):
 

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, task
 
+from infra import dags
 from infra.settings import load
 
 with DAG(
@@ -21,7 +22,7 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 0},
+    default_args=dags.default_args(),
     tags=["lambdalake", "speed"],
 ):
 

@@ -45,6 +45,19 @@ def rows(settings: Settings, sql: str) -> list[dict]:
     return [dict(zip(columns, row)) for row in found]
 
 
+def quality(settings: Settings) -> dict:
+    """Where the Great Expectations Data Docs are, and each suite's last check: its days, and how
+    many critical expectations failed and how many warnings were raised."""
+    from batch_layer.quality import data_docs
+
+    last = rows(settings, (
+        "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
+        "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
+        "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
+        "GROUP BY ALL ORDER BY suite"))
+    return {"data_docs": data_docs(settings), "suites": {r.pop("suite"): r for r in last}}
+
+
 def _last_commit(settings: Settings, table: str) -> datetime | None:
     """When ``table`` was last written (its newest Delta commit), if it exists."""
     try:
@@ -56,12 +69,14 @@ def _last_commit(settings: Settings, table: str) -> datetime | None:
 
 def health(settings: Settings) -> dict:
     """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
-    written, dead letters, and per view its final and provisional days, late events and newest window."""
+    written, dead letters, and per view its final and provisional days, late events, newest window and
+    last data-quality check."""
     speed = services.speed_health(settings) or {}
     written = _last_commit(settings, PARTIALS)
     late = {r["view"]: r for r in rows(settings, "SELECT view, sum(events) AS events, max(received_at) AS last "
                                                  "FROM late_events GROUP BY view")}
     [dead] = rows(settings, "SELECT count(*) AS records FROM dead_letters") or [{"records": 0}]
+    checks = quality(settings)
     per_view = {}
     for view in views(settings):
         name = view["name"]
@@ -70,6 +85,7 @@ def health(settings: Settings) -> dict:
             "final_days": view["final_days"], "provisional_days": view["provisional_days"],
             "newest_window": newest[0]["newest"] if newest else None,
             "late_events": int((late.get(name) or {}).get("events") or 0),
+            "last_quality_check": checks["suites"].get(f"view.{name}"),
         }
     return {
         "speed_layer": {"running": bool(speed), "lag": speed.get("lag"), "watermark": speed.get("watermark"),
@@ -77,5 +93,6 @@ def health(settings: Settings) -> dict:
         "speed_rows_written": written,
         "speed_rows_age_seconds": None if written is None else round(time.time() - written.timestamp(), 3),
         "dead_letters": dead["records"],
+        "quality": {"data_docs": checks["data_docs"], "raw_events": checks["suites"].get("raw_events")},
         "views": per_view,
     }

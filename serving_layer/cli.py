@@ -131,9 +131,10 @@ def _views(settings, as_json: bool) -> None:
 
 def _status(settings, as_json: bool) -> None:
     from infra import services
-    from serving_layer.catalog import rows
+    from serving_layer.catalog import quality, rows
 
     report = services.status(settings)
+    report["quality"] = quality(settings)
     report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
                                            "FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
@@ -164,6 +165,10 @@ def _status(settings, as_json: bool) -> None:
     print(f"dead letters: {sum(r['records'] for r in report['dead_letters'])}")
     for row in report["dead_letters"]:
         print(f"  {row['records']:6}  {row['reason']}")
+    print(f"data quality (Great Expectations; Data Docs: {report['quality']['data_docs']}):")
+    for suite, check in report["quality"]["suites"].items():
+        print(f"  {suite} {check['first_day']}..{check['last_day']}: {check['failed']} failed, "
+              f"{check['warnings']} warnings (checked {check['checked_at']})")
 
 
 def _speed(settings, action: str, resume_from_tables: bool) -> None:

@@ -29,6 +29,12 @@ function facts(pairs) {
   }));
 }
 
+function quality(check) {
+  if (!check) return "none yet";
+  const verdict = check.failed ? `${check.failed} critical failed` : "passed";
+  return `${verdict}, ${check.warnings} warnings (${check.first_day}..${check.last_day})`;
+}
+
 async function showView() {
   const view = views[$("view").value], state = health.views[view.name];
   $("description").textContent = view.description;
@@ -43,6 +49,7 @@ async function showView() {
       : `${health.speed_rows_age_seconds.toFixed(1)} s ago`],
     ["late events", state.late_events], ["final days", state.final_days],
     ["provisional days", state.provisional_days],
+    ["last quality check", quality(state.last_quality_check)],
   ]);
   const measure = $("measure").value;
   let rows = [];

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from batch_layer.recompute import ExpectationFailed, recompute_view
+from batch_layer import quality
+from batch_layer.quality import QualityFailed
+from batch_layer.recompute import recompute_view
 from infra.generator import Mix, generate
 from tests import oracle
 from tests.integration.records import kafka_frame
-from views import events, get, timebase
+from views import compile, events, get, timebase
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +79,47 @@ def test_interval_must_be_whole_days(spark, tables, landed):
     assert not (tables.data / "batch").exists()
 
 
-def test_a_broken_expectation_writes_nothing(spark, tables, landed):
+def _results(spark, tables, suite: str) -> list:
+    return (spark.read.format("delta").load(tables.table("quality_results")).where(f"suite = '{suite}'")
+            .orderBy("checked_at", "expectation").collect())
+
+
+def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, landed):
     recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     before = _batch_rows(spark, tables)
+    passed = _results(spark, tables, f"view.{VIEW.name}")
+    assert {(r.expectation, r.success) for r in passed} == {
+        ("every row: views > 0", True), ("every row: unique_users BETWEEN 1 AND views", True),
+        ("views sums to the days' valid unique page_view events in raw_events", True)}
+
     strict = dataclasses.replace(VIEW, expectations=("views > 0", "views > 1000"))
-    with pytest.raises(ExpectationFailed, match=r"'views > 1000' fails for \d+ rows; its batch table was left"):
+    with pytest.raises(QualityFailed, match=r"view.page_views_per_minute for 2026-11-19..2026-11-20: failed "
+                                            r"every row: views > 1000; nothing was written"):
         recompute_view(spark, tables, strict, DAY - timedelta(days=1), DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == before
+    ledger = spark.read.format("delta").load(tables.table("serving_state")).select("day").collect()
+    assert [r.day for r in ledger] == [DAY.date()]  # the 19th stays provisional
+    failed = [r for r in _results(spark, tables, f"view.{VIEW.name}") if not r.success]
+    assert [(r.expectation, r.severity, str(r.first_day), str(r.last_day)) for r in failed] == [
+        ("every row: views > 1000", "critical", "2026-11-19", "2026-11-20")]
+    docs = Path(quality.data_docs(tables))
+    assert "view.page_views_per_minute" in docs.read_text()
+
+
+def test_reconciliation_catches_a_lost_window(spark, tables, landed):
+    start, end = DAY, DAY + timedelta(days=1)
+    events = spark.read.format("delta").load(tables.table("raw_events"))
+    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
+    quality.check_view(spark, tables, VIEW, rows, events, start, end)
+    lost = rows.orderBy("window_start", "page").offset(1)
+    with pytest.raises(QualityFailed, match="failed views sums to the days' valid unique page_view events"):
+        quality.check_view(spark, tables, VIEW, lost, events, start, end)
+
+
+def test_raw_events_warnings_do_not_block(spark, tables, landed):
+    events = spark.read.format("delta").load(tables.table("raw_events"))
+    resent = events.unionByName(events).unionByName(events)  # two thirds of the records are copies
+    done = quality.check_raw_events(spark, tables, resent, DAY, DAY + timedelta(days=1))
+    assert done.failed == []
+    assert [(e, s) for e, s, ok, _ in done.results if not ok] == [
+        (f"at most {quality.MOST_RESENT:.0%} of the records are resent copies", "warning")]

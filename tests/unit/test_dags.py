@@ -35,6 +35,25 @@ def test_every_dag_imports(dagbag):
     assert all(dag.doc_md for dag in dagbag.dags.values())
 
 
+def test_every_dag_has_its_owner_retries_and_docs(dagbag):
+    from infra.dags import OWNER
+
+    for dag in dagbag.dags.values():
+        assert dag.owner == OWNER and dag.doc_md and dag.tags
+        assert all(task.retries >= 1 for task in dag.tasks), dag.dag_id
+
+
+def test_batch_dags_write_the_view_tables_as_assets_and_link_the_data_docs(dagbag):
+    for dag_id in ("batch_recompute", "late_data_recompute"):
+        dag = dagbag.dags[dag_id]
+        recompute = dag.get_task("recompute")
+        assert {a.name for a in recompute.inlets} >= {"lambdalake.raw_events"}
+        assert {a.name for a in recompute.outlets} >= {
+            "lambdalake.batch.page_views_per_minute", "lambdalake.batch.sessions_hourly",
+            "lambdalake.serving_state", "lambdalake.quality_results"}
+        assert "Data Docs: `" in dag.doc_md and "gx/uncommitted/data_docs/local_site/index.html" in dag.doc_md
+
+
 def test_batch_recompute_is_configuration(dagbag):
     dag = dagbag.dags["batch_recompute"]
     assert dag.catchup and dag.max_active_runs == 1
