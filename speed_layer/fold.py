@@ -47,14 +47,15 @@ class Fold:
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         steps, mark = {}, self.state.watermark
+        finals = late_events.final_through(self.settings, self.views) if self.views else {}
         with _timed(steps, "parse"):
             parsed = events.parse(records, self.settings.max_payload_bytes,
                                   self.settings.future_horizon_seconds).persist()
             valid = events.landed(parsed)
-            newest, total, dead, late = parsed.agg(
-                F.max(F.when(F.col("reason").isNull(), F.col("event_time"))), F.count(F.lit(1)),
-                F.count_if(F.col("reason").isNotNull()),
-                F.count_if(F.col("reason").isNull() & (F.col("event_time") < F.lit(mark)))).first()
+            fine = F.col("reason").isNull()
+            newest, total, dead, late, for_batch = parsed.agg(
+                F.max(F.when(fine, F.col("event_time"))), F.count(F.lit(1)), F.count_if(~fine),
+                F.count_if(fine & late_events.behind(mark)), F.count_if(fine & late_events.late(mark, finals))).first()
         grown: dict[str, DataFrame] = {}
         partials = None
         if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
@@ -63,7 +64,8 @@ class Fold:
             partials = self._partials(records.sparkSession, new, mark, grown, steps)
             self.state.remember(new)  # after the views' plans took the state before this batch
         side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if dead else None,
-                (late_events.count(valid, self.views, mark, batch_id), "late_events", ()) if late and self.views else None,
+                (late_events.count(valid, self.views, mark, finals, batch_id), "late_events", ())
+                if for_batch and self.views else None,
                 (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))

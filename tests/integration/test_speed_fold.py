@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 import pytest
 from delta.tables import DeltaTable
 
+from batch_layer.recompute import LEDGER
+from batch_layer.stale import stale_days
 from infra import generator
 from infra.generator import Mix
 from infra.settings import load
@@ -140,3 +142,19 @@ def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, 
     assert all(after[r["view"]] < r["count"] for r in before if r["view"] in folded_hours)
     assert _same(_speed(folded), uninterrupted)
     assert compact(spark, folded) == {}  # nothing left to fold
+
+
+def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
+    """Events that are not behind the watermark but fall on a day batch made final count as late for
+    the views that day is final for, so that the late-data recompute corrects it."""
+    views = [all_views()["page_views_per_minute"], all_views()["active_users_hourly"]]
+    queries.ensure_tables(spark, tables)
+    start = datetime(2026, 6, 1, 10, tzinfo=timebase.UTC)
+    spark.createDataFrame([("page_views_per_minute", start.date(), 1, start)], LEDGER) \
+        .write.format("delta").save(tables.table("serving_state"))
+    records = generator.generate(start, start + timedelta(hours=1), 300, seed=4, mix=Mix(late=0, duplicate=0, malformed=0))
+    Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
+    counted = {(r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()}
+    assert counted == {("page_views_per_minute", start.date()): sum(
+        json.loads(r.value)["event_type"] == "page_view" for r in records)}
+    assert stale_days(tables) == [start.date()]
