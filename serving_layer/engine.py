@@ -194,8 +194,9 @@ class Engine:
         return self._state
 
     def _drop_unused(self) -> None:
-        """Drop the retired copies that no running query's state holds."""
-        unused = self._retired.difference(*(_copies(state.tables) for state in self._running))
+        """Drop the retired copies that neither the current state nor a running query's state holds
+        (a table deleted and made again may reuse a version's name)."""
+        unused = self._retired.difference(_copies(self._state.tables), *(_copies(s.tables) for s in self._running))
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
         self._retired -= unused
