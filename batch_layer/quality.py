@@ -63,8 +63,11 @@ class Check:
 
 def _context(settings: Settings):
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    return gx.get_context(mode="file", project_root_dir=str(settings.home))
+    context = gx.get_context(mode="file", project_root_dir=str(settings.home))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # task logs, not terminals
+    return context
 
 
 def data_docs(settings: Settings) -> str:

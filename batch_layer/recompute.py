@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from batch_layer import quality
+from batch_layer import corrections, quality
 from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
@@ -48,7 +48,8 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 
     Events are read from as far before and after those days as the view's windows reach (a session
     that began the day before, a 10-minute window starting at 23:59, a click after midnight). The rows
-    pass the view's Great Expectations suite (batch_layer.quality) before they are written.
+    pass the view's Great Expectations suite (batch_layer.quality) before they are written, and are
+    compared with the speed layer's rows of those days (batch_layer.corrections).
     """
     start, end = timebase.utc(start), timebase.utc(end)
     days = timebase.days_between(start, end)
@@ -62,6 +63,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
         per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
         (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
          .save(settings.table(f"batch/{view.name}")))
+        corrections.record(spark, settings, view, rows, start, end)
     finally:
         rows.unpersist()
     ledger = settings.table("serving_state")
@@ -79,6 +81,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     """Check raw_events for ``[start, end)`` (whole UTC days), then recompute every view for those
     days; the summary per view."""
+    start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
     quality.check_raw_events(spark, settings, _table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)

@@ -1,18 +1,24 @@
 """# maintenance
 
-Every hour, off the speed layer's hot path: fold the speed layer's partials of every closed hour into
-one row per window and key (`speed_layer.compact`). Each micro-batch appends a partial per window it
-touches; an hour is closed once no new event can change its windows (the watermark has passed them by
-as far as the view reaches back: a click may still flag a 30-minute-old search, a session may still
-grow from a day ago). An hour is replaced in one Delta commit, so analysts never see a half-folded
-view, and the speed layer never appends to it again, so the two never conflict.
+Every hour, off the speed layer's hot path:
+
+1. **Compact speed partials**: fold the speed layer's partials of every closed hour into one row per
+   window and key (`speed_layer.compact`). Each micro-batch appends a partial per window it touches;
+   an hour is closed once no new event can change its windows (the watermark has passed them by as far
+   as the view reaches back: a click may still flag a 30-minute-old search, a session may still grow
+   from a day ago). An hour is replaced in one Delta commit, so analysts never see a half-folded view,
+   and the speed layer never appends to it again, so the two never conflict.
+2. **OPTIMIZE** every Delta table (bin-packing the small files micro-batches leave), then **VACUUM**
+   the files no version within the retention (`vacuum_retention_hours`, a week by default) reads, so
+   time travel and running readers keep working (`batch_layer.maintenance`).
+3. **Trim logs**: Airflow task and parsing logs older than `log_retention_days`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, chain, task
 
 from infra import dags
 from infra.settings import load
@@ -25,7 +31,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args=dags.default_args(timedelta(minutes=5), pool="spark"),
-    tags=["lambdalake", "speed"],
+    tags=["lambdalake", "speed", "maintenance"],
 ):
 
     @task
@@ -37,4 +43,21 @@ with DAG(
         settings = load()
         return compact(sparks.session(settings, "lambdalake-maintenance"), settings)
 
-    compact_speed_partials()
+    @task
+    def optimize_and_vacuum() -> dict:
+        """Compact every table's small files, then delete the files outside the retention."""
+        from batch_layer import maintenance
+        from infra import spark as sparks
+
+        settings = load()
+        spark = sparks.session(settings, "lambdalake-maintenance")
+        return {"optimized": maintenance.optimize(spark, settings), "vacuumed": maintenance.vacuum(spark, settings)}
+
+    @task(pool="default_pool")
+    def trim_logs() -> int:
+        """Delete old Airflow logs; how many files went."""
+        from batch_layer.maintenance import trim_logs as trim
+
+        return trim(load())
+
+    chain(compact_speed_partials(), optimize_and_vacuum(), trim_logs())

@@ -55,6 +55,11 @@ def task_logs(settings: Settings) -> Path:
     return settings.logs / "airflow-tasks"
 
 
+def parsing_logs(settings: Settings) -> Path:
+    """Where the DAG processor logs the parsing of each DAG file."""
+    return settings.logs / "airflow-dag-parsing"
+
+
 def _write_private(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
@@ -105,7 +110,7 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_STORAGE_PATH": str(home / "dag_bundles"),
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(task_logs(settings)),
-        "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(settings.logs / "airflow-dag-parsing"),
+        "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(parsing_logs(settings)),
         "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
     }
 

@@ -55,6 +55,10 @@ class Settings:
     serve_host: str = "127.0.0.1"
     serve_port: int = 8000
     serve_token: str | None = None
+    #: Maintenance: VACUUM keeps the files of the versions this recent (Delta's default: a week), and
+    #: Airflow's task logs are kept this many days.
+    vacuum_retention_hours: float = 168
+    log_retention_days: float = 14
 
     def __post_init__(self) -> None:
         for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)

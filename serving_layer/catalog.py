@@ -58,6 +58,16 @@ def quality(settings: Settings) -> dict:
     return {"data_docs": data_docs(settings), "suites": {r.pop("suite"): r for r in last}}
 
 
+def corrections(settings: Settings) -> list[dict]:
+    """Per view, how far its provisional speed rows were off when batch made days final: the last
+    report (windows added, removed, changed; each measure's difference) and, over every report, each
+    measure's mean relative difference."""
+    return rows(settings, (
+        "SELECT view, measure, count(*) AS reports, avg(relative_difference) AS mean_relative_difference, "
+        "arg_max(struct_pack(first_day, last_day, added, removed, changed, difference, relative_difference), "
+        "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))
+
+
 def _last_commit(settings: Settings, table: str) -> datetime | None:
     """When ``table`` was last written (its newest Delta commit), if it exists."""
     try:

@@ -131,10 +131,11 @@ def _views(settings, as_json: bool) -> None:
 
 def _status(settings, as_json: bool) -> None:
     from infra import services
-    from serving_layer.catalog import quality, rows
+    from serving_layer.catalog import corrections, quality, rows
 
     report = services.status(settings)
     report["quality"] = quality(settings)
+    report["corrections"] = corrections(settings)
     report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
                                            "FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
@@ -169,6 +170,17 @@ def _status(settings, as_json: bool) -> None:
     for suite, check in report["quality"]["suites"].items():
         print(f"  {suite} {check['first_day']}..{check['last_day']}: {check['failed']} failed, "
               f"{check['warnings']} warnings (checked {check['checked_at']})")
+    print("corrections (how far provisional speed rows were off when batch made their days final):")
+    for row in report["corrections"]:
+        last = row["last"]
+        print(f"  {row['view']}.{row['measure']}: mean {_share(row['mean_relative_difference'])} off over "
+              f"{row['reports']} reports; last {last['first_day']}..{last['last_day']}: {last['added']} windows "
+              f"added, {last['removed']} removed, {last['changed']} changed, off by {last['difference']:,.6g} "
+              f"({_share(last['relative_difference'])})")
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
 
 
 def _speed(settings, action: str, resume_from_tables: bool) -> None:

@@ -31,7 +31,7 @@ from serving_layer.merge import batch_relation, merged_views
 from views import all_views, compile
 
 TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
-          "product_changes", "products", "quality_results")
+          "product_changes", "products", "quality_results", "corrections")
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
 SCANNED = frozenset({"raw_events", "dead_letters"})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
@@ -202,12 +202,14 @@ class Engine:
         self._retired -= unused
 
     def _copy(self, name: str) -> str:
-        """Copy the current version of table ``name`` into the database; the copy's name."""
+        """Copy the current version of table ``name`` into the database, in window order if it has
+        windows (so that a query for a time skips all but a few row groups); the copy's name."""
         table = self._tables[name]
         copy = f"{name}@{table.version}"
+        order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
         self._db.register("_version", table.dataset)
         try:
-            self._db.execute(f'CREATE OR REPLACE TABLE "{copy}" AS FROM _version')
+            self._db.execute(f'CREATE OR REPLACE TABLE "{copy}" AS FROM _version{order}')
         finally:
             self._db.unregister("_version")
         return copy

@@ -8,20 +8,40 @@ SparkContext), which reads double-quoted names as identifiers, as DuckDB does.
 from __future__ import annotations
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from infra.settings import Settings
 from serving_layer.engine import TABLES
-from serving_layer.merge import batch_relation, merged_views
+from serving_layer.merge import batch_relation, merged_views, speed_sql
 from views import all_views, compile
+from views.model import View
+
+
+def _beside(spark: SparkSession) -> SparkSession:
+    """A session sharing ``spark``'s SparkContext that reads the merge SQL as DuckDB does."""
+    sql = spark.newSession()
+    sql.conf.set("spark.sql.ansi.enabled", "true")
+    sql.conf.set("spark.sql.ansi.doubleQuotedIdentifiers", "true")
+    return sql
+
+
+def speed_rows(spark: SparkSession, settings: Settings, view: View) -> DataFrame | None:
+    """The speed layer's rows of ``view``, one per window and key (merged from its partials), or None
+    if it has none."""
+    sql, path = _beside(spark), settings.table(compile.PARTIALS)
+    if not DeltaTable.isDeltaTable(sql, path):
+        return None
+    partials = sql.read.format("delta").load(path)
+    if view.name not in partials.columns:
+        return None
+    partials.createOrReplaceTempView(compile.PARTIALS)
+    return sql.sql(speed_sql(view, compile.PARTIALS))
 
 
 def session(spark: SparkSession, settings: Settings) -> SparkSession:
     """A session beside ``spark`` in which every merged view of ``settings``' deployment, and every
     table the DuckDB engine shows, can be queried by name."""
-    sql = spark.newSession()
-    sql.conf.set("spark.sql.ansi.enabled", "true")
-    sql.conf.set("spark.sql.ansi.doubleQuotedIdentifiers", "true")
+    sql = _beside(spark)
     views = all_views(settings.view_modules)
     paths = {name: settings.table(name) for name in (*TABLES, compile.PARTIALS)}
     paths.update({batch_relation(name): settings.table(f"batch/{name}") for name in views})

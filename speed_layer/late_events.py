@@ -35,7 +35,7 @@ SCHEMA = T.StructType([
 
 def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     """Per view with final days, the newest day whose events can change one of them (its newest final
-    day and as many days after as its windows reach back across midnight); read from the ledger."""
+    day and as many days after as its windows reach past midnight); read from the ledger."""
     try:
         ledger = DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day"]).to_pylist()
     except TableNotFoundError:
