@@ -13,28 +13,21 @@ import operator
 from datetime import datetime
 from functools import reduce
 
+import pyarrow as pa
+from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from infra.settings import Settings
 from serving_layer.spark_sql import speed_rows
 from views import timebase
 from views.model import View
 
-SCHEMA = T.StructType([
-    T.StructField("computed_at", T.TimestampType(), False),
-    T.StructField("view", T.StringType(), False),
-    T.StructField("first_day", T.DateType(), False),
-    T.StructField("last_day", T.DateType(), False),
-    T.StructField("measure", T.StringType(), False),
-    T.StructField("speed_windows", T.LongType(), False),
-    T.StructField("batch_windows", T.LongType(), False),
-    T.StructField("added", T.LongType(), False),
-    T.StructField("removed", T.LongType(), False),
-    T.StructField("changed", T.LongType(), False),
-    T.StructField("difference", T.DoubleType(), False),
-    T.StructField("relative_difference", T.DoubleType(), True),
+SCHEMA = pa.schema([
+    ("computed_at", pa.timestamp("us", "UTC")), ("view", pa.string()), ("first_day", pa.date32()),
+    ("last_day", pa.date32()), ("measure", pa.string()), ("speed_windows", pa.int64()), ("batch_windows", pa.int64()),
+    ("added", pa.int64()), ("removed", pa.int64()), ("changed", pa.int64()), ("difference", pa.float64()),
+    ("relative_difference", pa.float64()),
 ])
 
 
@@ -61,16 +54,15 @@ def record(spark: SparkSession, settings: Settings, view: View, batch: DataFrame
            end: datetime) -> dict | None:
     """Compare ``batch`` (the view's exact rows of ``[start, end)``) with the speed layer's rows of
     those windows and append the report to ``corrections``; None if the speed layer has no rows there."""
-    speed = speed_rows(spark, settings, view)
+    speed = speed_rows(spark, settings, view, start, end)
     if speed is None:
         return None
-    speed = speed.where((F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end)))
     found = compare(view, batch, speed)
     if not found["speed_windows"]:
         return None
     counts = [found[k] for k in ("speed_windows", "batch_windows", "added", "removed", "changed")]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
-    spark.createDataFrame([(now, view.name, *days, m, *counts, float(d), d / t if t else None)
-                           for m, (d, t) in found["measures"].items()], SCHEMA) \
-        .write.format("delta").mode("append").save(settings.table("corrections"))
+    rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None) for m, (d, t) in found["measures"].items()]
+    write_deltalake(settings.table("corrections"),
+                    pa.Table.from_pylist([dict(zip(SCHEMA.names, row)) for row in rows], SCHEMA), mode="append")
     return found

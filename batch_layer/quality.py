@@ -19,9 +19,10 @@ import os
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from infra.settings import Settings
 from views import timebase
@@ -30,15 +31,10 @@ from views.model import Tumbling, View
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # the machine may be offline; nothing leaves it
 
-RESULTS = T.StructType([
-    T.StructField("checked_at", T.TimestampType(), False),
-    T.StructField("suite", T.StringType(), False),
-    T.StructField("first_day", T.DateType(), False),
-    T.StructField("last_day", T.DateType(), False),
-    T.StructField("expectation", T.StringType(), False),
-    T.StructField("severity", T.StringType(), False),
-    T.StructField("success", T.BooleanType(), False),
-    T.StructField("observed", T.StringType(), True),
+RESULTS = pa.schema([
+    ("checked_at", pa.timestamp("us", "UTC")), ("suite", pa.string()), ("first_day", pa.date32()),
+    ("last_day", pa.date32()), ("expectation", pa.string()), ("severity", pa.string()), ("success", pa.bool_()),
+    ("observed", pa.string()),
 ])
 #: The share of a day's raw_events records that may be resent copies before a warning.
 MOST_RESENT = 0.2
@@ -130,8 +126,8 @@ def _checkpoint(context, name: str, expectations: list):
         name=name, validation_definitions=[validation], actions=[UpdateDataDocsAction(name="data_docs")]))
 
 
-def check(spark: SparkSession, settings: Settings, name: str, expectations: list, rows: DataFrame,
-          start: datetime, end: datetime) -> Check:
+def check(settings: Settings, name: str, expectations: list, rows: DataFrame, start: datetime,
+          end: datetime) -> Check:
     """Run suite ``name`` on ``rows`` (of the days in ``[start, end)``); record every result in
     quality_results; raise :class:`QualityFailed` if a critical expectation failed."""
     result = _checkpoint(_context(settings), name, expectations).run(
@@ -143,27 +139,27 @@ def check(spark: SparkSession, settings: Settings, name: str, expectations: list
                                json.dumps(r.result.get("observed_value"), default=str))
                               for r in validation.results])
     now = datetime.now(timebase.UTC)
-    spark.createDataFrame([(now, name, *days, *outcome) for outcome in done.results], RESULTS) \
-        .write.format("delta").mode("append").save(settings.table("quality_results"))
+    columns = RESULTS.names
+    write_deltalake(settings.table("quality_results"), pa.Table.from_pylist(
+        [dict(zip(columns, (now, name, *days, *outcome))) for outcome in done.results], RESULTS), mode="append")
     if done.failed:
         raise QualityFailed(f"{name} for {days[0]}..{days[1]}: failed {'; '.join(done.failed)}; nothing was "
                             f"written and those days stay as they were; see {data_docs(settings)}")
     return done
 
 
-def check_view(spark: SparkSession, settings: Settings, view: View, rows: DataFrame, events: DataFrame,
-               start: datetime, end: datetime) -> Check:
+def check_view(settings: Settings, view: View, rows: DataFrame, events: DataFrame, start: datetime,
+               end: datetime) -> Check:
     """Check ``view``'s rows for ``[start, end)`` against its suite; ``events``: raw_events around them."""
     unique = None
     if reconciled(view):
         [(unique,)] = (events.where(F.col("event_type").isin(*view.event_types)
                                     & (F.col("event_time") >= start) & (F.col("event_time") < end))
                        .select(F.count_distinct("event_id")).collect())
-    return check(spark, settings, f"view.{view.name}", view_expectations(view, unique), rows, start, end)
+    return check(settings, f"view.{view.name}", view_expectations(view, unique), rows, start, end)
 
 
-def check_raw_events(spark: SparkSession, settings: Settings, events: DataFrame, start: datetime,
-                     end: datetime) -> Check:
+def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end: datetime) -> Check:
     """Check raw_events' records of ``[start, end)`` against its suite."""
     day = events.where(F.col("event_date").between(start.date(), (end - timebase.DAY).date()))
-    return check(spark, settings, "raw_events", raw_events_expectations(), day, start, end)
+    return check(settings, "raw_events", raw_events_expectations(), day, start, end)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+import deltalake
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from batch_layer import corrections, quality
 from infra import delta
@@ -23,11 +24,9 @@ from views.model import View
 
 log = logging.getLogger(__name__)
 
-LEDGER = T.StructType([
-    T.StructField("view", T.StringType(), False),
-    T.StructField("day", T.DateType(), False),
-    T.StructField("rows", T.LongType(), False),
-    T.StructField("computed_at", T.TimestampType(), False),
+LEDGER = pa.schema([
+    pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False), pa.field("rows", pa.int64(), False),
+    pa.field("computed_at", pa.timestamp("us", "UTC"), False),
 ])
 
 
@@ -59,20 +58,18 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window).persist()
     try:
-        quality.check_view(spark, settings, view, rows, events, start, end)
+        quality.check_view(settings, view, rows, events, start, end)
         per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
         (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
          .save(settings.table(f"batch/{view.name}")))
         corrections.record(spark, settings, view, rows, start, end)
     finally:
         rows.unpersist()
-    ledger = settings.table("serving_state")
-    delta.ensure(spark, ledger, LEDGER)
-    now = datetime.now(timebase.UTC)
-    done = spark.createDataFrame([(view.name, day, per_day.get(day, 0), now) for day in days], LEDGER)
-    delta.upsert(done, ledger, ("view", "day"))
-    final = timebase.spans(r.day for r in spark.read.format("delta").load(ledger)
-                           .where(F.col("view") == view.name).select("day").collect())
+    ledger, now = settings.table("serving_state"), datetime.now(timebase.UTC)
+    delta.upsert(pa.Table.from_pylist([{"view": view.name, "day": day, "rows": per_day.get(day, 0), "computed_at": now}
+                                       for day in days], LEDGER), ledger, ("view", "day"))
+    final = timebase.spans(row["day"] for row in deltalake.DeltaTable(ledger).to_pyarrow_table(
+        columns=["view", "day"]).to_pylist() if row["view"] == view.name)
     count = sum(per_day.values())
     log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
     return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}
@@ -83,6 +80,6 @@ def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     days; the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
-    quality.check_raw_events(spark, settings, _table(spark, settings, "raw_events"), start, end)
+    quality.check_raw_events(settings, _table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)
     return {name: recompute_view(spark, settings, view, start, end) for name, view in views.items()}

@@ -50,6 +50,10 @@ def airflow_home(settings: Settings) -> Path:
     return settings.home / "airflow"
 
 
+#: The DAGs in dags/: all on once the platform is up (``lambdalake up``).
+DAG_IDS = ("batch_recompute", "late_data_recompute", "maintenance", "speed_layer_watchdog")
+
+
 def task_logs(settings: Settings) -> Path:
     """Where task attempts log: ``dag_id=<dag>/run_id=<run>/task_id=<task>/attempt=<n>.log``."""
     return settings.logs / "airflow-tasks"
@@ -245,6 +249,15 @@ class AirflowClient:
 
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+
+    def pause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def unpause_all(self) -> None:
+        """Turn every lambdalake DAG on, once the dag-processor has parsed it."""
+        for dag_id in DAG_IDS:
+            self.wait_for_dag(dag_id)
+            self.unpause(dag_id)
 
     def trigger(self, dag_id: str, logical_date: datetime, conf: dict | None = None) -> str:
         """Trigger a manual run; return its run id.

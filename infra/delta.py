@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import deltalake
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -57,8 +58,13 @@ class BatchAppends:
         self.last[path] = batch_id
 
 
-def upsert(rows: DataFrame, path: str, keys: tuple[str, ...]) -> None:
-    """Insert or replace the rows of ``rows`` matched on ``keys`` (null-safe); rerunning is harmless."""
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    (DeltaTable.forPath(rows.sparkSession, path).alias("t").merge(rows.alias("s"), on)
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
+    """Insert or replace the rows of ``rows`` matched on ``keys`` (made with ``rows``' schema if there is
+    no table); rerunning is harmless. delta-rs: a small table's merge takes no Spark job."""
+    try:
+        table = deltalake.DeltaTable(path)
+    except deltalake.exceptions.TableNotFoundError:
+        deltalake.write_deltalake(path, rows)
+        return
+    (table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
+     .when_matched_update_all().when_not_matched_insert_all().execute())

@@ -128,8 +128,9 @@ def start_serving(settings: Settings, timeout: float = 60) -> None:
                          alive=lambda: processes.running_pid(settings, SERVING) is not None)
 
 
-def up(settings: Settings, say=print) -> Settings:
-    """Start everything; starting twice is harmless. Returns the settings (with the batch start date)."""
+def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
+    """Start everything and (``schedule``) turn every DAG on; starting twice is harmless. Returns the
+    settings (with the batch start date)."""
     if settings.batch_start_date is None:
         first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
         settings = settings.save(batch_start_date=first.isoformat())
@@ -139,6 +140,9 @@ def up(settings: Settings, say=print) -> Settings:
         say(f"starting {name} ...")
         start(settings)
         say(f"  {name} healthy ({time.monotonic() - began:.0f}s)")
+    if schedule:
+        airflow.AirflowClient(settings).unpause_all()
+        say(f"  DAGs on: {', '.join(airflow.DAG_IDS)}")
     return settings
 
 

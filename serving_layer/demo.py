@@ -20,12 +20,12 @@ LIVE_RATE, LIVE_SECONDS = 20, 60
 
 
 def run_batch(settings: Settings, say) -> dict[str, str]:
-    """Unpause the nightly DAG and let the scheduler catch up to yesterday; on a deployment whose
-    past days were batched already (an earlier demo), backfill them again with the new history."""
+    """Turn every DAG on and let the scheduler catch the nightly DAG up to yesterday; on a deployment
+    whose past days were batched already (an earlier demo), backfill them again with the new history."""
     client = airflow.AirflowClient(settings)
     client.wait_for_dag(DAG)
     earlier = len(client.dag_runs(DAG))
-    client.unpause(DAG)
+    client.unpause_all()
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     days = (datetime.now(timebase.UTC) - first).days
     if earlier:
@@ -81,7 +81,7 @@ def report(settings: Settings) -> str:
 
 def main() -> int:
     say = lambda text: print(text, flush=True)  # noqa: E731
-    settings = services.up(config.load(), say)
+    settings = services.up(config.load(), say, schedule=False)  # the DAGs go on once history has landed
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     now = datetime.now(timebase.UTC)
     changes = generator.products(first, now, seed=int(now.timestamp()))

@@ -7,8 +7,11 @@ SparkContext), which reads double-quoted names as identifiers, as DuckDB does.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from infra.settings import Settings
 from serving_layer.engine import TABLES
@@ -25,16 +28,17 @@ def _beside(spark: SparkSession) -> SparkSession:
     return sql
 
 
-def speed_rows(spark: SparkSession, settings: Settings, view: View) -> DataFrame | None:
-    """The speed layer's rows of ``view``, one per window and key (merged from its partials), or None
-    if it has none."""
+def speed_rows(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> DataFrame | None:
+    """The speed layer's rows of ``view`` whose windows start in ``[start, end)`` (whole hours), one per
+    window and key (merged from its partials), or None if it has no partials."""
     sql, path = _beside(spark), settings.table(compile.PARTIALS)
     if not DeltaTable.isDeltaTable(sql, path):
         return None
     partials = sql.read.format("delta").load(path)
     if view.name not in partials.columns:
         return None
-    partials.createOrReplaceTempView(compile.PARTIALS)
+    partials.where((F.col("view") == view.name) & (F.col("window_hour") >= F.lit(start))
+                   & (F.col("window_hour") < F.lit(end))).createOrReplaceTempView(compile.PARTIALS)
     return sql.sql(speed_sql(view, compile.PARTIALS))
 
 

@@ -8,7 +8,7 @@ import psutil
 import pytest
 import requests
 
-from infra import airflow, processes
+from infra import airflow, processes, services
 from infra.settings import load
 
 pytestmark = pytest.mark.integration
@@ -53,6 +53,30 @@ def test_start_twice_is_harmless(airflow_service):
     airflow.start(airflow_service.settings)
     assert time.monotonic() - started < 5
     assert airflow.status(airflow_service.settings) == before
+
+
+def test_up_turns_every_dag_on_and_the_scheduler_runs_them_unasked(airflow_service):
+    """What ``lambdalake up`` does once Airflow is healthy: every DAG on, and the scheduler starts the
+    periodic ones by itself. Paused again afterwards (the next test stops Airflow, ending their runs)."""
+    settings, client = airflow_service.settings, airflow_service.client
+    services.stop_speed(settings, hold=True)  # the watchdog's run must not start a speed layer here
+    periodic = ("late_data_recompute", "maintenance", "speed_layer_watchdog")
+    before = {dag_id: len(client.dag_runs(dag_id)) for dag_id in periodic}
+    try:
+        client.unpause_all()
+        assert [client.request("GET", f"/dags/{dag_id}")["is_paused"] for dag_id in airflow.DAG_IDS] == \
+            [False] * len(airflow.DAG_IDS)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            new = {dag_id: client.dag_runs(dag_id)[before[dag_id]:] for dag_id in periodic}
+            if all(new.values()):
+                break
+            time.sleep(2)
+        assert {dag_id: [r["run_type"] for r in runs] for dag_id, runs in new.items()} == \
+            {dag_id: ["scheduled"] for dag_id in periodic}
+    finally:
+        for dag_id in airflow.DAG_IDS:
+            client.pause(dag_id)
 
 
 def test_stop_leaves_nothing_and_start_comes_back(airflow_service):

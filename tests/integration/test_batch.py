@@ -110,16 +110,16 @@ def test_reconciliation_catches_a_lost_window(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
     events = spark.read.format("delta").load(tables.table("raw_events"))
     rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
-    quality.check_view(spark, tables, VIEW, rows, events, start, end)
+    quality.check_view(tables, VIEW, rows, events, start, end)
     lost = rows.orderBy("window_start", "page").offset(1)
     with pytest.raises(QualityFailed, match="failed views sums to the days' valid unique page_view events"):
-        quality.check_view(spark, tables, VIEW, lost, events, start, end)
+        quality.check_view(tables, VIEW, lost, events, start, end)
 
 
 def test_raw_events_warnings_do_not_block(spark, tables, landed):
     events = spark.read.format("delta").load(tables.table("raw_events"))
     resent = events.unionByName(events).unionByName(events)  # two thirds of the records are copies
-    done = quality.check_raw_events(spark, tables, resent, DAY, DAY + timedelta(days=1))
+    done = quality.check_raw_events(tables, resent, DAY, DAY + timedelta(days=1))
     assert done.failed == []
     assert [(e, s) for e, s, ok, _ in done.results if not ok] == [
         (f"at most {quality.MOST_RESENT:.0%} of the records are resent copies", "warning")]

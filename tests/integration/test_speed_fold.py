@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
+from deltalake import write_deltalake
 
 from batch_layer.recompute import LEDGER
 from batch_layer.stale import stale_days
@@ -150,8 +152,8 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     views = [all_views()["page_views_per_minute"], all_views()["active_users_hourly"]]
     queries.ensure_tables(spark, tables)
     start = datetime(2026, 6, 1, 10, tzinfo=timebase.UTC)
-    spark.createDataFrame([("page_views_per_minute", start.date(), 1, start)], LEDGER) \
-        .write.format("delta").save(tables.table("serving_state"))
+    write_deltalake(tables.table("serving_state"), pa.Table.from_pylist(
+        [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}], LEDGER))
     records = generator.generate(start, start + timedelta(hours=1), 300, seed=4, mix=Mix(late=0, duplicate=0, malformed=0))
     Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
     counted = {(r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()}
