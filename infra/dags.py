@@ -24,9 +24,9 @@ def table(settings: Settings, name: str) -> Asset:
 
 
 def batch_tables(settings: Settings) -> list[Asset]:
-    """What a batch recompute writes: each view's batch table, the ledger and the quality results."""
+    """What a batch recompute writes: each view's batch table, the ledger, quality results and corrections."""
     names = [f"batch/{name}" for name in all_views(settings.view_modules)]
-    return [table(settings, name) for name in (*names, "serving_state", "quality_results")]
+    return [table(settings, name) for name in (*names, "serving_state", "quality_results", "corrections")]
 
 
 def quality_docs(settings: Settings) -> str:
