@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import datetime, timedelta
 
 import pytest
@@ -18,6 +19,10 @@ logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter outl
 
 #: The modules of views declared only in the test suite; every test deployment has them.
 EXTRA_VIEWS = ("tests.extra_view",)
+#: Ports of the test deployment (beside a demo's); LAMBDALAKE_TEST_PORT_SHIFT moves them all, so that
+#: two test runs on one machine do not meet.
+SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
+PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT}
 #: Days of history the end-to-end test produces before today; the DAG starts that many days ago.
 HISTORY_DAYS = 2
 
@@ -28,7 +33,7 @@ def deployment(tmp_path_factory) -> Settings:
     home = tmp_path_factory.mktemp("deployment")
     first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
     (home / "settings.json").write_text(json.dumps({
-        "kafka_port": 19092, "kafka_controller_port": 19093, "airflow_port": 18080,
+        **PORTS,
         "trigger_seconds": 2, "batch_start_date": first.isoformat(), "spark_driver_memory": "1g",
         "view_modules": list(EXTRA_VIEWS),
     }))

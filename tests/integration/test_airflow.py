@@ -19,7 +19,7 @@ def test_status_reports_every_service_healthy(airflow_service):
     assert set(status) == {"airflow-scheduler", "airflow-dag-processor", "airflow-api-server"}
     for service in status.values():
         assert service["running"] and service["healthy"] and psutil.pid_exists(service["pid"])
-    assert status["airflow-api-server"]["url"] == "http://127.0.0.1:18080"
+    assert status["airflow-api-server"]["url"] == f"http://127.0.0.1:{airflow_service.settings.airflow_port}"
 
 
 def test_api_requires_login_and_a_token_works(airflow_service):
@@ -43,7 +43,7 @@ def test_batch_recompute_is_listed_paused_without_import_errors(airflow_service)
 def test_second_deployment_on_the_same_port_is_refused(airflow_service, tmp_path):
     other = load(tmp_path).with_overrides(airflow_port=airflow_service.settings.airflow_port)
     api_pid = processes.running_pid(airflow_service.settings, airflow.API_SERVER)
-    with pytest.raises(processes.ServiceError, match=f"port 18080 .*busy, held by pid {api_pid}"):
+    with pytest.raises(processes.ServiceError, match=f"port {airflow_service.settings.airflow_port} .*busy, held by pid {api_pid}"):
         airflow.start(other)
 
 
