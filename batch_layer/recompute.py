@@ -1,13 +1,14 @@
 """Recompute batch views exactly from raw_events for whole UTC days, then record those days final.
 
-Each view's days are replaced atomically (Delta ``replaceWhere``), so reruns and backfills converge;
-a day enters the ledger (serving_state) only after its rows are committed.
+Each view's days are replaced atomically (Delta ``replaceWhere``) in the version of its batch table
+serving it (batch_layer.versions), so reruns and backfills converge; a day enters the ledger
+(serving_state) only after its rows are committed.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import deltalake
 import pyarrow as pa
@@ -15,7 +16,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch_layer import corrections, quality
+from batch_layer import corrections, quality, versions
 from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
@@ -34,7 +35,7 @@ def _literal(moment: datetime) -> str:
     return f"TIMESTAMP'{timebase.utc(moment):%Y-%m-%d %H:%M:%S}'"
 
 
-def _table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     path = settings.table(name)
     if not DeltaTable.isDeltaTable(spark, path):
         raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
@@ -42,8 +43,10 @@ def _table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
-    """Replace ``view``'s batch rows for the days of ``[start, end)`` and record those days complete.
+def write_days(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
+               path: str) -> dict[date, int]:
+    """Compute ``view``'s rows for the days of ``[start, end)`` exactly and replace those days in the table
+    at ``path``; the rows per day.
 
     Events are read from as far before and after those days as the view's windows reach (a session
     that began the day before, a 10-minute window starting at 23:59, a click after midnight). The rows
@@ -51,25 +54,48 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     compared with the speed layer's rows of those days (batch_layer.corrections).
     """
     start, end = timebase.utc(start), timebase.utc(end)
-    days = timebase.days_between(start, end)
+    timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = (start - view.lookback).date(), (end + view.reach - timedelta(microseconds=1)).date()
-    events = _table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
-    dimensions = {name: _table(spark, settings, name) for name in compile.dimension_tables(view)}
+    events = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
+    dimensions = {name: read_table(spark, settings, name) for name in compile.dimension_tables(view)}
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window).persist()
     try:
         quality.check_view(settings, view, rows, events, start, end)
         per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
-        (rows.write.format("delta").mode("overwrite").option("replaceWhere", window)
-         .save(settings.table(f"batch/{view.name}")))
+        rows.write.format("delta").mode("overwrite").option("replaceWhere", window).save(path)
         corrections.record(spark, settings, view, rows, start, end)
     finally:
         rows.unpersist()
-    ledger, now = settings.table("serving_state"), datetime.now(timebase.UTC)
-    delta.upsert(pa.Table.from_pylist([{"view": view.name, "day": day, "rows": per_day.get(day, 0), "computed_at": now}
-                                       for day in days], LEDGER), ledger, ("view", "day"))
-    final = timebase.spans(row["day"] for row in deltalake.DeltaTable(ledger).to_pyarrow_table(
-        columns=["view", "day"]).to_pylist() if row["view"] == view.name)
+    return per_day
+
+
+def record_final(settings: Settings, days: dict[str, dict[date, int]], at: datetime) -> None:
+    """Record each view's days (view -> day -> rows) final in the ledger, computed ``at``; one commit."""
+    rows = [{"view": view, "day": day, "rows": count, "computed_at": at}
+            for view, counts in days.items() for day, count in counts.items()]
+    if rows:
+        delta.upsert(pa.Table.from_pylist(rows, LEDGER), settings.table("serving_state"), ("view", "day"))
+
+
+def final_days(settings: Settings, view: str) -> set[date]:
+    """The days the ledger records final for ``view``."""
+    try:
+        ledger = deltalake.DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day"])
+    except deltalake.exceptions.TableNotFoundError:
+        return set()
+    return {row["day"] for row in ledger.to_pylist() if row["view"] == view}
+
+
+def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
+    """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
+    (batch_layer.versions, :func:`write_days`) and record those days final."""
+    days = timebase.days_between(start, end)
+    path = versions.current(settings, view.name)
+    per_day = write_days(spark, settings, view, start, end, path)
+    versions.require_serving(settings, view.name, path)
+    record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
+    final = timebase.spans(final_days(settings, view.name))
     count = sum(per_day.values())
     log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
     return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}
@@ -80,6 +106,6 @@ def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     days; the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
-    quality.check_raw_events(settings, _table(spark, settings, "raw_events"), start, end)
+    quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)
     return {name: recompute_view(spark, settings, view, start, end) for name, view in views.items()}

@@ -8,10 +8,13 @@ Every hour, off the speed layer's hot path:
    as the view reaches back: a click may still flag a 30-minute-old search, a session may still grow
    from a day ago). An hour is replaced in one Delta commit, so analysts never see a half-folded view,
    and the speed layer never appends to it again, so the two never conflict.
-2. **OPTIMIZE** every Delta table (bin-packing the small files micro-batches leave), then **VACUUM**
+2. **Retire batch versions**: delete the versions of views' batch tables that serve no view and can no
+   longer be switched back to (`version_retention_days` after a reprocess replaced them;
+   `batch_layer.versions.retire`).
+3. **OPTIMIZE** every Delta table (bin-packing the small files micro-batches leave), then **VACUUM**
    the files no version within the retention (`vacuum_retention_hours`, a week by default) reads, so
    time travel and running readers keep working (`batch_layer.maintenance`).
-3. **Trim logs**: Airflow task and parsing logs older than `log_retention_days`.
+4. **Trim logs**: Airflow task and parsing logs older than `log_retention_days`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ with DAG(
         return compact(sparks.session(settings, "lambdalake-maintenance"), settings)
 
     @task
+    def retire_versions() -> list[str]:
+        """Delete the batch versions past their retention; their names."""
+        from batch_layer.versions import retire
+
+        return retire(load())
+
+    @task
     def optimize_and_vacuum() -> dict:
         """Compact every table's small files, then delete the files outside the retention."""
         from batch_layer import maintenance
@@ -60,4 +70,4 @@ with DAG(
 
         return trim(load())
 
-    chain(compact_speed_partials(), optimize_and_vacuum(), trim_logs())
+    chain(compact_speed_partials(), retire_versions(), optimize_and_vacuum(), trim_logs())

@@ -50,8 +50,8 @@ def airflow_home(settings: Settings) -> Path:
     return settings.home / "airflow"
 
 
-#: The DAGs in dags/: all on once the platform is up (``lambdalake up``).
-DAG_IDS = ("batch_recompute", "late_data_recompute", "maintenance", "speed_layer_watchdog")
+#: The DAGs in dags/: all on once the platform is up (``lambdalake up``; ``reprocess`` runs only when triggered).
+DAG_IDS = ("batch_recompute", "late_data_recompute", "maintenance", "reprocess", "speed_layer_watchdog")
 
 
 def task_logs(settings: Settings) -> Path:

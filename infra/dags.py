@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from airflow.sdk import Asset
 
+from batch_layer import versions
 from infra.settings import Settings
 from views import all_views
 
@@ -24,8 +25,9 @@ def table(settings: Settings, name: str) -> Asset:
 
 
 def batch_tables(settings: Settings) -> list[Asset]:
-    """What a batch recompute writes: each view's batch table, the ledger, quality results and corrections."""
-    names = [f"batch/{name}" for name in all_views(settings.view_modules)]
+    """What a batch recompute writes: each view's batch table (one Asset for all its versions, named by
+    the first), the ledger, quality results and corrections."""
+    names = [versions.table_name(name) for name in all_views(settings.view_modules)]
     return [table(settings, name) for name in (*names, "serving_state", "quality_results", "corrections")]
 
 

@@ -59,6 +59,9 @@ class Settings:
     #: Airflow's task logs are kept this many days.
     vacuum_retention_hours: float = 168
     log_retention_days: float = 14
+    #: A view's batch version replaced by a reprocess can be switched back to for this many days; then
+    #: maintenance deletes it (batch_layer.versions.retire).
+    version_retention_days: float = 7
 
     def __post_init__(self) -> None:
         for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)

@@ -12,6 +12,7 @@ from datetime import datetime
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from batch_layer import versions
 from infra import services
 from infra.settings import Settings
 from serving_layer import engine
@@ -22,18 +23,22 @@ from views.timebase import UTC, spans
 
 
 def views(settings: Settings) -> list[dict]:
-    """Every declared view: window, keys, measures, tables, and its final and provisional days."""
+    """Every declared view: window, keys, measures, tables, the version of its batch table serving it,
+    and its final and provisional days."""
     days = engine.finality(settings)
+    declared = all_views(settings.view_modules)
+    tables, serving = versions.serving(settings, declared), versions.describe(settings, declared)
     return [{
         "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
         "keys": list(v.keys), "measures": [m.name for m in v.measures],
         "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
         "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
-        "tables": {"batch": settings.table(f"batch/{v.name}"),
+        "tables": {"batch": tables[v.name],
                    "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
+        "version": serving[v.name],
         "speed_states": list(state_columns(v)),
         "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
-    } for v in all_views(settings.view_modules).values()]
+    } for v in declared.values()]
 
 
 def rows(settings: Settings, sql: str) -> list[dict]:

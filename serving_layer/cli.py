@@ -6,7 +6,7 @@ import argparse
 import csv
 import json
 import sys
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from infra import processes, settings as config
@@ -26,6 +26,20 @@ def _positive(kind):
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value
     return parse
+
+
+def _day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a day (YYYY-MM-DD): {text}") from None
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("no view named")
+    return names
 
 
 def _parser() -> Parser:
@@ -68,6 +82,16 @@ def _parser() -> Parser:
     dead.add_argument("--reason", metavar="TEXT", help="only dead letters whose reason contains TEXT (any case)")
     dead.add_argument("--from-file", type=Path, metavar="F",
                       help='replay: JSONL, one {"partition": p, "offset": o, "value": corrected event} per line')
+    reprocess = sub.add_parser("reprocess", help="rebuild views with the code deployed now into a new version "
+                                                 "and switch serving to it at once; or switch back")
+    action = reprocess.add_mutually_exclusive_group(required=True)
+    action.add_argument("--label", help="the new version's name: lowercase letters, digits, - and _")
+    action.add_argument("--switch-back", action="store_true", help="serve the views' previous versions again")
+    reprocess.add_argument("--views", type=_names, metavar="A,B", help="comma-separated views (default: all)")
+    reprocess.add_argument("--from", dest="first", type=_day, metavar="D", help="first day to recompute")
+    reprocess.add_argument("--to", dest="last", type=_day, metavar="D", help="last day to recompute")
+    reprocess.add_argument("--all", dest="all_history", action="store_true",
+                           help="recompute every ended day of raw_events")
     return parser
 
 
@@ -126,16 +150,42 @@ def _views(settings, as_json: bool) -> None:
               f"measures {', '.join(v['measures'])} (approximate in speed: "
               f"{', '.join(v['approximate_in_speed']) or 'none'})\n  final days {v['final_days']}; "
               f"provisional days {v['provisional_days']}\n  "
-              f"batch {v['tables']['batch']}; speed {v['tables']['speed']}")
+              f"batch {v['tables']['batch']}; speed {v['tables']['speed']}\n  {_version(v['version'])}")
+
+
+def _version(version: dict) -> str:
+    since = f" since {version['since']}" if version["since"] else ""
+    previous = f"; can switch back to {version['previous']}" if version["previous"] else ""
+    return f"batch version {version['label']}{since}{previous}"
+
+
+def _reprocess(settings, parser: Parser, args) -> None:
+    from batch_layer import reprocess, versions
+    from views import all_views
+
+    if args.switch_back:
+        if args.first or args.last or args.all_history:
+            parser.error("--switch-back takes only --views")
+        for view, done in versions.switch_back(settings, args.views or all_views(settings.view_modules)).items():
+            print(f"{view}: serving {done['label']} again; days carried over from the version left: "
+                  f"{done['carried_days']}")
+        return
+    plan = reprocess.plan(settings, args.label, args.views, args.first, args.last, args.all_history)
+    for view, done in reprocess.reprocess(settings, plan).items():
+        print(f"{view}: serving {done['label']} (was {done['previous']}): {done['rows']} rows recomputed for "
+              f"{done['days']}; newly final {done['newly_final']}")
 
 
 def _status(settings, as_json: bool) -> None:
+    from batch_layer import versions
     from infra import services
     from serving_layer.catalog import corrections, quality, rows
+    from views import all_views
 
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
+    report["versions"] = versions.describe(settings, all_views(settings.view_modules))
     report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
                                            "FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
@@ -170,6 +220,9 @@ def _status(settings, as_json: bool) -> None:
     for suite, check in report["quality"]["suites"].items():
         print(f"  {suite} {check['first_day']}..{check['last_day']}: {check['failed']} failed, "
               f"{check['warnings']} warnings (checked {check['checked_at']})")
+    print("batch versions serving the views:")
+    for view, version in report["versions"].items():
+        print(f"  {view}: {_version(version)}")
     print("corrections (how far provisional speed rows were off when batch made their days final):")
     for row in report["corrections"]:
         last = row["last"]
@@ -204,7 +257,8 @@ def _speed(settings, action: str, resume_from_tables: bool) -> None:
 
 
 def run(argv: list[str]) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     settings = config.load()
     if args.command == "up":
         from infra import services
@@ -239,15 +293,19 @@ def run(argv: list[str]) -> None:
 
         print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit,
                                   from_file=args.from_file, as_json=args.json))
+    elif args.command == "reprocess":
+        _reprocess(settings, parser, args)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from batch_layer.versions import Conflict
     from infra.airflow import AirflowError
     from serving_layer.sandbox import QueryError
 
     try:
         run(sys.argv[1:] if argv is None else argv)
-    except (QueryError, processes.ServiceError, AirflowError, FileNotFoundError, ValueError, LookupError) as exc:
+    except (QueryError, processes.ServiceError, AirflowError, Conflict, FileNotFoundError, ValueError,
+            LookupError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -7,11 +7,16 @@ log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) o
 so readers run side by side. Each version of the tables the views read is copied once into DuckDB's
 own storage, where a point query takes a millisecond; the master dataset and dead letters, which grow
 with every micro-batch, are scanned in place.
+
+A view's batch rows come from the version of its batch table that ``serving_versions`` names
+(batch_layer.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
+switch shows at the next query, whole, and a query runs on one state (one version of each table).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import threading
 import time
@@ -25,12 +30,14 @@ from datasketches import hll_sketch, hll_union
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from batch_layer import versions
 from infra.settings import Settings
 from serving_layer import sandbox
 from serving_layer.merge import batch_relation, merged_views
 from views import all_views, compile
 
-TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", "dead_letter_replays",
+#: In the order they are read: the ledger before the version pointers (see the module doc).
+TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", versions.TABLE, "dead_letter_replays",
           "product_changes", "products", "quality_results", "corrections")
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
 SCANNED = frozenset({"raw_events", "dead_letters"})
@@ -164,8 +171,11 @@ class Engine:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._views = all_views(settings.view_modules)
+        #: The tables by relation name; the batch tables last, since the version pointers name them.
         self._tables = {name: _Table(settings.table(name)) for name in (*TABLES, compile.PARTIALS)}
-        self._tables.update({batch_relation(name): _Table(settings.table(f"batch/{name}")) for name in self._views})
+        self._tables.update({batch_relation(name): _Table(path)
+                             for name, path in versions.serving(settings, self._views, {}).items()})
+        self._copies = itertools.count()
         self._db = sandbox.connect()
         sketch_functions(self._db)
         self._state, self._idle, self._lock = _State(), [], threading.Lock()
@@ -182,7 +192,12 @@ class Engine:
 
     def _refresh(self) -> _State:
         """:meth:`refresh`, with the lock held; copies the new versions of the tables not :data:`SCANNED`."""
-        changed = [name for name, table in self._tables.items() if table.changed()]
+        changed = []
+        for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
+            if self._tables[name].changed():
+                changed.append(name)
+                if name == versions.TABLE:
+                    self._point_batch_tables()
         if changed:
             tables = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
             tables.update({name: self._copy(name) for name in changed if name in tables and name not in SCANNED})
@@ -193,23 +208,31 @@ class Engine:
             self._drop_unused()
         return self._state
 
+    def _point_batch_tables(self) -> None:
+        """Read each view's batch rows from the table the version pointers name now."""
+        pointers = self._tables[versions.TABLE].dataset
+        rows = versions.pointers(self.settings, pointers.to_table()) if pointers is not None else {}
+        for name, path in versions.serving(self.settings, self._views, rows).items():
+            if self._tables[batch_relation(name)].path != path:
+                self._tables[batch_relation(name)] = _Table(path)
+
     def _drop_unused(self) -> None:
-        """Drop the retired copies that neither the current state nor a running query's state holds
-        (a table deleted and made again may reuse a version's name)."""
-        unused = self._retired.difference(_copies(self._state.tables), *(_copies(s.tables) for s in self._running))
+        """Drop the retired copies that no running query's state holds."""
+        unused = self._retired.difference(*(_copies(s.tables) for s in self._running))
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
         self._retired -= unused
 
     def _copy(self, name: str) -> str:
         """Copy the current version of table ``name`` into the database, in window order if it has
-        windows (so that a query for a time skips all but a few row groups); the copy's name."""
+        windows (so that a query for a time skips all but a few row groups); the copy's name, never
+        used before (two tables a view switches between may have versions of one number)."""
         table = self._tables[name]
-        copy = f"{name}@{table.version}"
+        copy = f"{name}@{table.version}#{next(self._copies)}"
         order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
         self._db.register("_version", table.dataset)
         try:
-            self._db.execute(f'CREATE OR REPLACE TABLE "{copy}" AS FROM _version{order}')
+            self._db.execute(f'CREATE TABLE "{copy}" AS FROM _version{order}')
         finally:
             self._db.unregister("_version")
         return copy

@@ -13,6 +13,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from batch_layer import versions
 from infra.settings import Settings
 from serving_layer.engine import TABLES
 from serving_layer.merge import batch_relation, merged_views, speed_sql
@@ -47,13 +48,17 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
     table the DuckDB engine shows, can be queried by name."""
     sql = _beside(spark)
     views = all_views(settings.view_modules)
-    paths = {name: settings.table(name) for name in (*TABLES, compile.PARTIALS)}
-    paths.update({batch_relation(name): settings.table(f"batch/{name}") for name in views})
     relations = {}
-    for name, path in paths.items():
+
+    def register(name: str, path: str) -> None:
         if DeltaTable.isDeltaTable(sql, path):
             relations[name] = sql.read.format("delta").load(path)
             relations[name].createOrReplaceTempView(name)
+
+    for name in (*TABLES, compile.PARTIALS):  # the ledger before the version pointers (batch_layer.versions)
+        register(name, settings.table(name))
+    for name, path in versions.serving(settings, views).items():
+        register(batch_relation(name), path)
     partials = relations.get(compile.PARTIALS)
     for name, text in merged_views(views, set(relations), set(partials.columns) if partials else set()).items():
         sql.sql(f'CREATE OR REPLACE TEMPORARY VIEW "{name}" AS {text}')

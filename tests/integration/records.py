@@ -21,3 +21,10 @@ def kafka_rows(records: list[Record], topic: str = "events", partitions: int = 3
 def kafka_frame(spark, records: list[Record], topic: str = "events", partitions: int = 3):
     """A DataFrame of Kafka records (see :func:`kafka_rows`)."""
     return spark.createDataFrame(kafka_rows(records, topic, partitions), events.KAFKA_RECORD)
+
+
+def land(spark, settings, records: list[Record]) -> None:
+    """Parse ``records`` as the speed layer does and append the valid ones to raw_events."""
+    parsed = events.parse(kafka_frame(spark, records), settings.max_payload_bytes, 10**9)
+    (events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date")
+     .save(settings.table("raw_events")))

@@ -16,7 +16,10 @@ def run(home, *args):
 
 
 @pytest.mark.parametrize("args", [("frobnicate",), ("query",), ("produce", "--rate", "-3"),
-                                  ("query", "SELECT 1", "--format", "xml"), ("speed", "pause")])
+                                  ("query", "SELECT 1", "--format", "xml"), ("speed", "pause"), ("reprocess",),
+                                  ("reprocess", "--label", "v2", "--switch-back"),
+                                  ("reprocess", "--label", "v2", "--from", "2026-11-31", "--to", "2026-12-01"),
+                                  ("reprocess", "--switch-back", "--all")])
 def test_wrong_arguments_get_one_line_and_exit_2(tmp_path, args):
     done = run(tmp_path, *args)
     assert done.returncode == 2
@@ -27,6 +30,20 @@ def test_wrong_arguments_get_one_line_and_exit_2(tmp_path, args):
                                         ("SELEC 1", "syntax error")])
 def test_bad_queries_exit_1_with_one_line(tmp_path, sql, needle):
     done = run(tmp_path, "query", sql)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--label", "V2", "--all"), "label 'V2': use 1 to 40 lowercase letters"),
+    (("--label", "v2", "--views", "page_views_per_minute,nope", "--all"), "unknown view(s) nope; known views:"),
+    (("--label", "v2", "--from", "2026-11-01"), "give the days to reprocess"),
+    (("--label", "v2", "--from", "2026-11-01", "--to", "2999-01-01"), "2999-01-01 has not ended yet"),
+    (("--label", "v2", "--all"), "no raw_events table"),
+    (("--switch-back", "--views", "sessions_hourly"), "no previous version to switch back to for sessions_hourly"),
+])
+def test_reprocess_mistakes_exit_1_with_one_line(tmp_path, args, needle):
+    done = run(tmp_path, "reprocess", *args)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
 

@@ -1,4 +1,5 @@
-"""The DAG files parse, and the nightly batch run recomputes the day that just ended."""
+"""The DAG files parse, the nightly batch run recomputes the day that just ended, and the reprocess DAG's
+form refuses what is wrong."""
 
 from datetime import datetime, timezone
 
@@ -21,13 +22,24 @@ def dagbag(tmp_path_factory):
         return DagBag(dag_folder=str(REPO / "dags"))  # Airflow 3 DagBags have no example DAGs
 
 
-@pytest.fixture(scope="module")
-def batch_timetable(dagbag):
-    """batch_recompute's timetable as the scheduler sees it: after serialization (the core timetable)."""
+def _serialized(dagbag, dag_id: str):
+    """The DAG as the scheduler and API server see it: after serialization."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    dag = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["batch_recompute"]))
-    return dag.timetable
+    return DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags[dag_id]))
+
+
+@pytest.fixture(scope="module")
+def batch_timetable(dagbag):
+    """batch_recompute's timetable as the scheduler sees it (the core timetable)."""
+    return _serialized(dagbag, "batch_recompute").timetable
+
+
+@pytest.fixture(scope="module")
+def reprocess_form(dagbag):
+    """Validate a trigger of the reprocess DAG as the API server does (its trigger form posts the same)."""
+    params = _serialized(dagbag, "reprocess").params
+    return lambda conf: params.deep_merge(conf).validate()
 
 
 def test_every_dag_imports(dagbag):
@@ -79,3 +91,40 @@ def test_manual_run_for_midnight_recomputes_the_day_before(batch_timetable):
 
     interval = batch_timetable.infer_manual_data_interval(run_after=MIDNIGHT_NOV_20)
     assert interval == DataInterval(MIDNIGHT_NOV_19, MIDNIGHT_NOV_20)
+
+
+def test_spark_tasks_share_one_pool_so_recomputes_and_reprocess_never_overlap(dagbag):
+    from infra.airflow import SPARK_POOL
+
+    tasks = {"batch_recompute": "recompute", "late_data_recompute": "recompute", "reprocess": "reprocess",
+             "maintenance": "optimize_and_vacuum"}
+    assert {dag: dagbag.dags[dag].get_task(task).pool for dag, task in tasks.items()} == dict.fromkeys(tasks, SPARK_POOL)
+
+
+def test_reprocess_is_manual_and_writes_every_batch_table_and_the_version_pointers(dagbag):
+    dag = dagbag.dags["reprocess"]
+    assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
+    outlets = {a.name for a in dag.get_task("reprocess").outlets}
+    assert outlets >= {"lambdalake.batch.page_views_per_minute", "lambdalake.serving_state", "lambdalake.serving_versions"}
+
+
+def test_reprocess_form_takes_views_days_or_all_history_and_a_label(reprocess_form):
+    from views import all_views
+
+    assert reprocess_form({"label": "v2"}) == {"views": list(all_views()), "start": None, "end": None,
+                                               "all_history": False, "label": "v2"}
+    days = reprocess_form({"label": "fix-2026_11", "views": ["sessions_hourly"], "start": "2026-11-01", "end": "2026-11-02"})
+    assert (days["views"], days["start"], days["end"]) == (["sessions_hourly"], "2026-11-01", "2026-11-02")
+    assert reprocess_form({"label": "v3", "all_history": True})["all_history"] is True
+
+
+@pytest.mark.parametrize("conf,param", [
+    ({}, "label"), ({"label": "V2"}, "label"), ({"label": "new version"}, "label"), ({"label": "-v2"}, "label"),
+    ({"label": "v2", "views": ["no_such_view"]}, "views"), ({"label": "v2", "views": []}, "views"),
+    ({"label": "v2", "start": "2026-11-31"}, "start"), ({"label": "v2", "end": "yesterday"}, "end"),
+])
+def test_reprocess_form_refuses_a_bad_label_view_or_day(reprocess_form, conf, param):
+    from airflow.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match=f"Invalid input for param {param}:"):
+        reprocess_form(conf)

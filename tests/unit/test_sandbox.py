@@ -1,6 +1,6 @@
 """The query sandbox over tiny Delta tables: one read-only SELECT over the engine's views and tables;
 every route to files, settings, catalogs, DDL and DML is refused with one line and writes nothing; the
-time and row limits hold; a long-lived engine sees new Delta versions."""
+time and row limits hold; a long-lived engine sees new Delta versions and switches of a view's version."""
 
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from batch_layer import versions
 from infra.settings import Settings
 from serving_layer import engine, sandbox
 from serving_layer.sandbox import QueryError
@@ -171,4 +172,19 @@ def test_readers_see_each_new_version_while_it_is_written(settings):
     assert engine.query(settings, "SELECT count(*) FROM page_views_per_minute")[1] == [(11,)]
     copies = engine._engine(settings)._db.execute(
         "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'batch_page_views_per_minute@%'").fetchall()
-    assert copies == [("batch_page_views_per_minute@10",)]
+    assert [name.partition("#")[0] for (name,) in copies] == ["batch_page_views_per_minute@10"]
+
+
+def test_a_switch_of_version_shows_at_the_next_query(settings):
+    """A new version of a view's batch table (here at the same Delta version number as the one serving)
+    is not read until the version pointers switch to it; then the next query reads it, and back."""
+    view, start = "page_views_per_minute", datetime(2026, 1, 1, 10, tzinfo=UTC)
+    write_deltalake(settings.table(versions.table_name(view, "v2")), pa.table({
+        "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
+        "views": [7], "unique_users": [2]}))
+    served = lambda: engine.query(settings, f"SELECT views FROM {view}")[1]  # noqa: E731
+    assert served() == [(3,)]
+    for label, views in (("v2", 7), (None, 3)):
+        versions.switch(settings, {view: versions.table_name(view, label)}, datetime.now(UTC),
+                        versions.snapshot(settings, [view]))
+        assert served() == [(views,)]

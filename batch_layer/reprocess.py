@@ -1,0 +1,164 @@
+"""Reprocess: rebuild views with the code deployed now into new versions of their batch tables, then
+switch serving to all of them at once (blue/green; batch_layer.versions).
+
+For each chosen view, a new table ``batch/<view>@<label>`` gets the view's rows of the chosen days,
+computed as the nightly recompute computes them (compile.batch, the Great Expectations suites, the
+correction report), and the rows of every other day copied from the version serving now, so that the
+new version is complete. Reprocessing all history recomputes every ended day of raw_events and copies
+nothing. Only once every view is built are they all switched in one commit of the pointer table, and
+then the days newly final are recorded in the ledger (the days that were final keep their entry: a
+switch back carries over only the days recorded since). Until the switch, readers see the versions
+serving before, whole; if anything fails before it, the new tables are deleted and nothing else changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Iterable
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from batch_layer import quality, versions
+from batch_layer.recompute import final_days, read_table, record_final, write_days
+from infra import spark as sparks
+from infra.settings import Settings
+from views import all_views, timebase
+from views.model import View
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to reprocess: views, into which version, and which days (``first``..``last``)."""
+
+    views: tuple[str, ...]
+    label: str
+    first: date
+    last: date
+    #: Copy the days outside first..last from the serving versions (not when reprocessing all history).
+    copy_others: bool = True
+
+    @property
+    def start(self) -> datetime:
+        return timebase.day_start(self.first)
+
+    @property
+    def end(self) -> datetime:
+        return timebase.day_start(self.last) + timebase.DAY
+
+
+def history(settings: Settings) -> tuple[date, date]:
+    """The first and last day of raw_events (read from its partitions, no Spark job)."""
+    path = settings.table("raw_events")
+    try:
+        days = [date.fromisoformat(p["event_date"]) for p in DeltaTable(path).partitions()]
+    except TableNotFoundError:
+        raise FileNotFoundError(f"no raw_events table at {path}: start the speed layer (`lambdalake up`)") from None
+    if not days:
+        raise ValueError("raw_events has no events yet")
+    return min(days), max(days)
+
+
+def _day(value: date | str | None) -> date | None:
+    return date.fromisoformat(value) if isinstance(value, str) else value
+
+
+def plan(settings: Settings, label: str, views: Iterable[str] | None = None, first: date | str | None = None,
+         last: date | str | None = None, all_history: bool = False) -> Plan:
+    """Check a reprocess's arguments (ISO days or dates); ValueError says what is wrong."""
+    known = all_views(settings.view_modules)
+    views = tuple(dict.fromkeys(views or known))
+    unknown = [name for name in views if name not in known]
+    if unknown or not views:
+        raise ValueError(f"unknown view(s) {', '.join(unknown) or '(none given)'}; known views: {', '.join(known)}")
+    versions.check_label(settings, views, label)
+    first, last = _day(first), _day(last)
+    yesterday = datetime.now(timebase.UTC).date() - timebase.DAY
+    if all_history:
+        if first or last:
+            raise ValueError("give either the days to reprocess or all history, not both")
+        first, last = history(settings)
+        last = min(last, yesterday)
+    elif first is None or last is None:
+        raise ValueError("give the days to reprocess (a first and a last day), or all history")
+    if last > yesterday:
+        raise ValueError(f"{last} has not ended yet (UTC): batch computes whole past days")
+    if first > last:
+        raise ValueError(f"no days from {first} to {last}")
+    return Plan(views, label, first, last, copy_others=not all_history)
+
+
+def _copy_others(spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None], target: str) -> None:
+    """Append to ``target`` the rows of the serving version ``source`` (table, Delta version) outside the
+    plan's days."""
+    table, version = source
+    if version is None:
+        return
+    rows = (spark.read.format("delta").option("versionAsOf", version).load(settings.table(table))
+            .where((F.col("window_start") < F.lit(plan.start)) | (F.col("window_start") >= F.lit(plan.end))))
+    built = spark.read.format("delta").load(target).columns
+    if rows.columns != built:
+        raise ValueError(f"{view}'s columns changed ({', '.join(rows.columns)} -> {', '.join(built)}): the days "
+                         f"outside {plan.first}..{plan.last} cannot be copied; reprocess all history")
+    rows.write.format("delta").mode("append").save(target)
+
+
+def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan,
+          based_on: dict[str, tuple[str, int | None]]) -> dict[str, dict[date, int]]:
+    """Build every view's new version (see the module doc) from the serving versions of ``based_on``
+    (versions.snapshot); per view, its rows per recomputed day. If any fails, the new tables are deleted."""
+    targets = {view.name: settings.table(versions.table_name(view.name, plan.label)) for view in views}
+    for target in targets.values():
+        shutil.rmtree(target, ignore_errors=True)  # a failed attempt's
+    try:
+        quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), plan.start, plan.end)
+        built = {}
+        for view in views:
+            built[view.name] = write_days(spark, settings, view, plan.start, plan.end, targets[view.name])
+            if plan.copy_others:
+                _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
+        return built
+    except BaseException:
+        discard(settings, plan)
+        raise
+
+
+def discard(settings: Settings, plan: Plan) -> None:
+    """Delete the plan's new tables."""
+    for view in plan.views:
+        shutil.rmtree(settings.table(versions.table_name(view, plan.label)), ignore_errors=True)
+
+
+def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
+            based_on: dict[str, tuple[str, int | None]]) -> dict[str, dict]:
+    """Switch every view of ``built`` to its new version in one commit, then record the days it made
+    final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
+    new tables are deleted (versions.Conflict)."""
+    days = timebase.days_between(plan.start, plan.end)
+    newly = {}
+    for view, per_day in built.items():
+        final = final_days(settings, view)
+        newly[view] = {day: per_day.get(day, 0) for day in days if day not in final}
+    at = datetime.now(timebase.UTC)
+    try:
+        versions.switch(settings, {view: versions.table_name(view, plan.label) for view in built}, at, based_on)
+    except versions.Conflict:
+        discard(settings, plan)
+        raise
+    record_final(settings, newly, at)
+    return {view: {"label": plan.label, "previous": versions.label(based_on[view][0]),
+                   "rows": sum(per_day.values()), "days": f"{plan.first}..{plan.last}",
+                   "newly_final": timebase.spans(newly[view])} for view, per_day in built.items()}
+
+
+def reprocess(settings: Settings, plan: Plan) -> dict[str, dict]:
+    """Run ``plan`` on this process's SparkSession: build every view's new version, then switch."""
+    spark = sparks.session(settings, "lambdalake-reprocess")
+    known = all_views(settings.view_modules)
+    based_on = versions.snapshot(settings, plan.views)
+    built = build(spark, settings, [known[name] for name in plan.views], plan, based_on)
+    return publish(settings, plan, built, based_on)

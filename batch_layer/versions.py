@@ -1,0 +1,220 @@
+"""Which table serves each view's batch rows: the versions of a view's batch table and the switches
+between them (blue/green).
+
+A view's batch rows live in one Delta table per *version*: ``batch/<view>``, its first, and
+``batch/<view>@<label>`` for each reprocess (batch_layer.reprocess). The pointer table
+``serving_versions`` has a row per view ever switched: the table serving it (``table``), when it was
+switched to (``switched_at``) and the table it replaced (``previous_table``, which can be switched
+back to). A view without a row is served by its first version. A switch of any number of views is one
+Delta commit, so readers see all of them switch at once.
+
+The order of writes and reads keeps every day whole: writers commit a batch table, then the pointers,
+then the ledger (``serving_state``); readers read the ledger, then the pointers, then the tables these
+name. So no reader sees a day final whose rows the table it reads lacks.
+
+Writes go through delta-rs (no Spark job); Spark is imported only by the functions that write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from infra.settings import Settings
+from views import timebase
+
+#: The pointer table.
+TABLE = "serving_versions"
+SCHEMA = pa.schema([
+    pa.field("view", pa.string(), False), pa.field("table", pa.string(), False),
+    pa.field("switched_at", pa.timestamp("us", "UTC"), False), pa.field("previous_table", pa.string()),
+])
+#: A version's label: lowercase letters, digits, ``-`` and ``_`` (a JSON schema pattern, for the DAG's form too).
+LABEL = "^[a-z0-9][a-z0-9_-]{0,39}$"
+#: What a view's first version (``batch/<view>``) is called.
+INITIAL = "initial"
+
+
+class Conflict(RuntimeError):
+    """A table serving a view changed while a switch or recompute was under way; nothing was switched
+    or recorded."""
+
+
+def table_name(view: str, label: str | None = None) -> str:
+    """The table of ``view``'s version ``label`` (None: its first version, which the DAGs' Assets name)."""
+    return f"batch/{view}" if label is None else f"batch/{view}@{label}"
+
+
+def label(table: str) -> str:
+    """The label of the version stored in ``table``."""
+    return table.partition("@")[2] or INITIAL
+
+
+def pointers(settings: Settings, rows: pa.Table | None = None) -> dict[str, dict]:
+    """The pointer row of each switched view, from ``rows`` (a version of the pointer table already read)
+    or else from the table now."""
+    if rows is None:
+        try:
+            rows = DeltaTable(settings.table(TABLE)).to_pyarrow_table()
+        except TableNotFoundError:
+            return {}
+    return {row["view"]: row for row in rows.to_pylist()}
+
+
+def _serving(rows: dict[str, dict], view: str) -> str:
+    return rows[view]["table"] if view in rows else table_name(view)
+
+
+def serving(settings: Settings, views: Iterable[str], rows: dict[str, dict] | None = None) -> dict[str, str]:
+    """The path of the table serving each of ``views``, by the pointer rows ``rows`` (default: read now)."""
+    rows = pointers(settings) if rows is None else rows
+    return {view: settings.table(_serving(rows, view)) for view in views}
+
+
+def current(settings: Settings, view: str) -> str:
+    """The path of the table serving ``view`` now: where its batch rows are read and written."""
+    return serving(settings, [view])[view]
+
+
+def describe(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
+    """Per view, the version serving it, since when, and the one it can be switched back to."""
+    rows = pointers(settings)
+    return {view: {"label": label(_serving(rows, view)),
+                   "since": rows[view]["switched_at"].isoformat() if view in rows else None,
+                   "previous": label(rows[view]["previous_table"]) if rows.get(view, {}).get("previous_table") else None}
+            for view in views}
+
+
+def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
+    """Refuse a label that breaks :data:`LABEL`, or that names a version serving one of ``views`` or kept
+    to switch back to. (Any other table of that label, left by a failed attempt, is built again.)"""
+    if not isinstance(new, str) or not re.fullmatch(LABEL, new) or new == INITIAL:
+        raise ValueError(f"label {new!r}: use 1 to 40 lowercase letters, digits, - and _ (not {INITIAL!r})")
+    rows = pointers(settings)
+    used = [v for v in views if table_name(v, new) in (_serving(rows, v), rows.get(v, {}).get("previous_table"))]
+    if used:
+        raise ValueError(f"label {new!r} is in use by {', '.join(used)} (serving or kept to switch back to); "
+                         f"choose another")
+
+
+def _version(path: str) -> int | None:
+    try:
+        return DeltaTable(path).version()
+    except TableNotFoundError:
+        return None
+
+
+def snapshot(settings: Settings, views: Iterable[str]) -> dict[str, tuple[str, int | None]]:
+    """Each view's serving table and its Delta version (None: no table yet): what a switch builds on."""
+    rows = pointers(settings)
+    return {view: (_serving(rows, view), _version(settings.table(_serving(rows, view)))) for view in views}
+
+
+def _write(settings: Settings, rows: list[dict]) -> None:
+    """Upsert pointer rows, all in one commit."""
+    from infra.delta import upsert
+
+    upsert(pa.Table.from_pylist(rows, SCHEMA), settings.table(TABLE), ("view",))
+
+
+def switch(settings: Settings, tables: dict[str, str], at: datetime, based_on: dict[str, tuple[str, int | None]]) -> None:
+    """Serve each view of ``tables`` from the table named there, all in one commit; the tables they
+    replace become their previous versions. ``based_on`` is the :func:`snapshot` the new tables were
+    built from: if a serving table was written or switched since, nothing is switched (:class:`Conflict`)."""
+    now = snapshot(settings, tables)
+    moved = [view for view in tables if now[view] != based_on[view]]
+    if moved:
+        raise Conflict(f"{', '.join(moved)}: the serving version was written or switched while this ran "
+                       f"(another recompute or switch); nothing was switched, run again")
+    _write(settings, [{"view": view, "table": table, "switched_at": at,
+                       "previous_table": now[view][0] if now[view][1] is not None else None}
+                      for view, table in tables.items()])
+
+
+def require_serving(settings: Settings, view: str, path: str) -> None:
+    """Raise :class:`Conflict` unless ``path`` still serves ``view`` (a recompute checks this after writing
+    its rows and before recording its days final: a switch in between would leave them unserved)."""
+    if current(settings, view) != path:
+        raise Conflict(f"{view}: serving switched to {current(settings, view)} while rows were written to "
+                       f"{path}; no day was recorded final, run again")
+
+
+def _changed_days(settings: Settings, view: str, since: datetime) -> list[date]:
+    """The days of ``view`` the ledger records computed at or after ``since``."""
+    try:
+        ledger = DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day", "computed_at"])
+    except TableNotFoundError:
+        return []
+    return sorted(r["day"] for r in ledger.to_pylist() if r["view"] == view and r["computed_at"] >= since)
+
+
+def _carry(settings: Settings, view: str, source: str, target: str, days: list[date]) -> None:
+    """Replace the rows of ``days`` in table ``target`` by those in ``source``."""
+    rows, into = DeltaTable(settings.table(source)).to_pyarrow_dataset(), DeltaTable(settings.table(target))
+    if rows.schema.names != [field.name for field in into.schema().fields]:
+        raise ValueError(f"cannot switch {view} back: {label(source)} has days the previous version lacks "
+                         f"({timebase.spans(days)}) and other columns than it; reprocess instead")
+    for first, last in timebase.ranges(days):
+        start, end = timebase.day_start(first), timebase.day_start(last) + timebase.DAY
+        found = rows.to_table(filter=(pc.field("window_start") >= start) & (pc.field("window_start") < end))
+        write_deltalake(into, found, mode="overwrite",
+                        predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
+
+
+def switch_back(settings: Settings, views: Iterable[str], at: datetime | None = None) -> dict[str, dict]:
+    """Serve each of ``views`` from its previous version again, all in one commit (and the version left
+    becomes the previous one). The days the version being left made final or recomputed since it was
+    switched to are first copied into the previous version, so it lacks no final day. Per view, the
+    version now serving and the days carried over."""
+    rows, views = pointers(settings), list(views)
+    missing = [v for v in views if not rows.get(v, {}).get("previous_table")
+               or not DeltaTable.is_deltatable(settings.table(rows[v]["previous_table"]))]
+    if missing:
+        raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
+                         f"or kept past version_retention_days)")
+    based_on = snapshot(settings, views)
+    carried = {}
+    for view in views:
+        carried[view] = _changed_days(settings, view, rows[view]["switched_at"])
+        if carried[view]:
+            _carry(settings, view, rows[view]["table"], rows[view]["previous_table"], carried[view])
+    switch(settings, {v: rows[v]["previous_table"] for v in views}, at or datetime.now(timebase.UTC), based_on)
+    return {v: {"label": label(rows[v]["previous_table"]), "carried_days": timebase.spans(carried[v])} for v in views}
+
+
+def _written(table: Path) -> float:
+    """When ``table`` was last written (its folder's or its Delta log's time, the later)."""
+    log = table / "_delta_log"
+    return max(os.stat(table).st_mtime, os.stat(log).st_mtime if log.exists() else 0)
+
+
+def retire(settings: Settings, now: datetime | None = None) -> list[str]:
+    """Delete the versions that serve no view and may not be switched back to: a previous version is kept
+    ``version_retention_days`` after the switch away from it (then its pointer is cleared, first); any
+    other version not serving (a failed reprocess's, one replaced twice) once it was not written for as
+    long. A serving version never goes. The names of the tables deleted."""
+    now, kept = now or datetime.now(timebase.UTC), timedelta(days=settings.version_retention_days)
+    rows = pointers(settings)
+    expired = [row for row in rows.values() if row["previous_table"] and now - row["switched_at"] >= kept]
+    if expired:
+        _write(settings, [{**row, "previous_table": None} for row in expired])
+    keep = {row["previous_table"] for row in rows.values() if row["previous_table"] and row not in expired}
+    folder, gone = settings.data / "batch", []
+    for table in sorted(folder.iterdir()) if folder.exists() else ():
+        view, _, version = table.name.partition("@")
+        name = table_name(view, version or None)
+        if name == _serving(rows, view) or name in keep:
+            continue
+        if now.timestamp() - _written(table) >= kept.total_seconds():
+            shutil.rmtree(table)
+            gone.append(name)
+    return gone
