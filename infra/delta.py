@@ -11,8 +11,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 
-def ensure(spark: SparkSession, path: str, schema: StructType, partition_by: tuple[str, ...] = ()) -> None:
-    """Create an empty Delta table at ``path`` if there is none."""
+def ensure(spark: SparkSession, path: str, schema: StructType | pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
+    """Create an empty Delta table at ``path`` if there is none (with delta-rs for an Arrow schema)."""
+    if isinstance(schema, pa.Schema):
+        deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None)
+        return
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     if partition_by:
         builder = builder.partitionedBy(*partition_by)
@@ -45,16 +48,21 @@ class BatchAppends:
     def __init__(self, app_id: str) -> None:
         self.app_id, self.last = app_id, {}
 
-    def append(self, rows: DataFrame, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
+    def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
         """Append ``rows`` unless micro-batch ``batch_id`` was committed there; new columns (a view
-        added to the partials table) join the table's schema."""
+        added to the partials table) join the table's schema. A few rows already in the driver (an
+        Arrow table) are written by delta-rs, without a Spark job."""
         if path not in self.last:
             self.last[path] = committed_batch(path, self.app_id)
         if batch_id <= self.last[path]:
             return
-        (rows.write.format("delta").mode("append").partitionBy(*partition_by)
-         .option("userMetadata", json.dumps({"app": self.app_id, "batch": batch_id}))
-         .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
+        mark = json.dumps({"app": self.app_id, "batch": batch_id})
+        if isinstance(rows, pa.Table):
+            deltalake.write_deltalake(path, rows, mode="append", partition_by=list(partition_by) or None,
+                                      commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": mark}))
+        else:
+            (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
+             .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
         self.last[path] = batch_id
 
 

@@ -52,10 +52,7 @@ class Fold:
             parsed = events.parse(records, self.settings.max_payload_bytes,
                                   self.settings.future_horizon_seconds).persist()
             valid = events.landed(parsed)
-            fine = F.col("reason").isNull()
-            newest, total, dead, late, for_batch = parsed.agg(
-                F.max(F.when(fine, F.col("event_time"))), F.count(F.lit(1)), F.count_if(~fine),
-                F.count_if(fine & late_events.behind(mark)), F.count_if(fine & late_events.late(mark, finals))).first()
+            counted = late_events.tally(parsed, mark)
         grown: dict[str, DataFrame] = {}
         partials = None
         if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
@@ -63,20 +60,21 @@ class Fold:
                 new = self._new(valid, mark)
             partials = self._partials(records.sparkSession, new, mark, grown, steps)
             self.state.remember(new)  # after the views' plans took the state before this batch
-        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if dead else None,
-                (late_events.count(valid, self.views, mark, finals, batch_id), "late_events", ())
-                if for_batch and self.views else None,
+        late = late_events.count(counted, self.views, finals, batch_id)
+        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if counted.dead else None,
+                (late, "late_events", ()) if late.num_rows else None,
                 (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
         self._commit(steps, batch_id, valid, "raw_events", ("event_date",))
-        self.state.advance(newest)
+        self.state.advance(counted.newest)
         for view in self.views:
             if view.name in grown:
                 self.state.close_sessions(view, grown[view.name])
         parsed.unpersist()
         self.timings = steps
-        for name, count in (("records", total), ("dead_letters", dead), ("late_events", late)):
+        for name, count in (("records", counted.total), ("dead_letters", counted.dead),
+                            ("late_events", counted.behind)):
             self.totals[name] += count
 
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame, table: str,

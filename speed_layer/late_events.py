@@ -5,31 +5,32 @@ or when it can change a day that batch has made final for the view (the merged v
 there, whatever the speed layer adds). They are in raw_events all the same; late_events counts them
 per view and event day, with the time they arrived, so that the batch layer recomputes exactly the
 final days they change (batch_layer.stale).
+
+They are counted in Python from the micro-batch's :class:`Tally` (a few rows from the one Spark job
+that also finds the batch's newest event time) and written with delta-rs: no Spark job of their own.
 """
 
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
-from functools import reduce
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from infra.settings import Settings
-from views import compile
 from views.model import View
 from views.timebase import DAY
 
-SCHEMA = T.StructType([
-    T.StructField("view", T.StringType(), False),
-    T.StructField("day", T.DateType(), False),
-    T.StructField("events", T.LongType(), False),
-    T.StructField("received_at", T.TimestampType(), False),
-    T.StructField("batch_id", T.LongType(), False),
+SCHEMA = pa.schema([
+    pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
+    pa.field("events", pa.int64(), False), pa.field("received_at", pa.timestamp("us", "UTC"), False),
+    pa.field("batch_id", pa.int64(), False),
 ])
 
 
@@ -51,23 +52,46 @@ def behind(watermark: datetime | None) -> Column:
     return F.coalesce(F.col("event_time") < F.lit(watermark), F.lit(False))
 
 
-def late(watermark: datetime | None, finals: dict[str, date]) -> Column:
-    """Whether an event may be late for some view (:func:`count` tells for which)."""
-    newest = max(finals.values(), default=None)
-    return behind(watermark) | F.coalesce(F.to_date("event_time") <= F.lit(newest), F.lit(False))
+@dataclass(frozen=True)
+class Tally:
+    """A micro-batch's records counted in one Spark job: the valid ones per (event type, day, behind
+    the watermark), the dead ones, and the newest valid event time."""
+
+    groups: tuple[tuple[str, date, bool, int], ...]
+    dead: int
+    newest: datetime | None
+
+    @property
+    def total(self) -> int:
+        return self.dead + sum(events for *_, events in self.groups)
+
+    @property
+    def behind(self) -> int:
+        return sum(events for _, _, behind_mark, events in self.groups if behind_mark)
 
 
-def count(landed: DataFrame, views: list[View], watermark: datetime | None, finals: dict[str, date],
-          batch_id: int) -> DataFrame:
-    """Per view and day, how many of ``landed``'s events are late for the view: behind the speed
+def tally(parsed: DataFrame, watermark: datetime | None) -> Tally:
+    """Count ``parsed`` (speed_layer's parse of a micro-batch) as :class:`Tally` says."""
+    fine = F.col("reason").isNull()
+    rows = parsed.groupBy(fine.alias("fine"), F.when(fine, F.col("event_type")).alias("type"),
+                          F.when(fine, F.col("event_date")).alias("day"),
+                          F.when(fine, behind(watermark)).alias("behind")).agg(
+        F.count(F.lit(1)).alias("events"), F.max("event_time").alias("newest")).collect()
+    valid = [row for row in rows if row.fine]
+    return Tally(tuple((row.type, row.day, row.behind, row.events) for row in valid),
+                 sum(row.events for row in rows if not row.fine),
+                 max((row.newest for row in valid), default=None))
+
+
+def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:
+    """Per view and day, how many of the micro-batch's events are late for the view: behind the speed
     layer's watermark, or on a day at or before the view's :func:`final_through` day (``finals``)."""
-    late_rows = (landed.where(late(watermark, finals))
-                 .groupBy("event_type", F.to_date("event_time").alias("day"), behind(watermark).alias("behind"))
-                 .agg(F.count(F.lit(1)).alias("events"))
-                 .localCheckpoint(eager=True))  # a few rows: the views below count from them, not from landed
-    parts = [compile.inputs(view, late_rows)
-             .where(F.col("behind") | F.coalesce(F.col("day") <= F.lit(finals.get(view.name)), F.lit(False)))
-             .groupBy(F.lit(view.name).alias("view"), "day").agg(F.sum("events").cast("long").alias("events"))
-             for view in views]
-    return reduce(DataFrame.unionByName, parts).select(
-        "view", "day", "events", F.current_timestamp().alias("received_at"), F.lit(batch_id).cast("long").alias("batch_id"))
+    late: Counter[tuple[str, date]] = Counter()
+    for view in views:
+        final = finals.get(view.name)
+        for event_type, day, behind_mark, events in counted.groups:
+            if event_type in view.event_types and (behind_mark or (final is not None and day <= final)):
+                late[view.name, day] += events
+    now = datetime.now(timezone.utc)
+    return pa.Table.from_pylist([{"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
+                                 for (view, day), events in sorted(late.items())], SCHEMA)

@@ -26,16 +26,9 @@ TYPE_FIELDS = {
 
 STRING_FIELDS = (*COMMON_FIELDS, "page", "query", "product_id")
 AMOUNT = T.DecimalType(12, 2)
-_TYPED = T.StructType([
-    *(T.StructField(name, T.StringType()) for name in COMMON_FIELDS),
-    T.StructField("page", T.StringType()),
-    T.StructField("query", T.StringType()),
-    T.StructField("product_id", T.StringType()),
-    T.StructField("quantity", T.IntegerType()),
-    T.StructField("amount", AMOUNT),
-])
-#: The same fields read as text: a field present here but null in the typed parse has a wrong type.
-_TEXT = T.StructType([*(T.StructField(f.name, T.StringType()) for f in _TYPED.fields),
+#: The fields as read from the JSON, as text; quantity and amount are then cast to these types.
+NUMBERS = {"quantity": T.IntegerType(), "amount": AMOUNT}
+_TEXT = T.StructType([*(T.StructField(name, T.StringType()) for name in (*STRING_FIELDS, *NUMBERS)),
                       T.StructField("_corrupt", T.StringType())])
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 
@@ -62,7 +55,7 @@ def _json_type(variant: Column, name: str) -> Column:
     return F.schema_of_variant(F.try_variant_get(variant, f"$.{name}", "variant"))
 
 
-def _rules(typed: Column, text: Column, variant: Column, size: Column, now: Column, max_bytes: int,
+def _rules(typed: dict[str, Column], text: Column, variant: Column, size: Column, now: Column, max_bytes: int,
            horizon_seconds: int) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
     rules = [
@@ -118,16 +111,17 @@ def _parse_steps(max_payload_bytes: int, future_horizon_seconds: int) -> tuple[t
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
         F.current_timestamp().alias("ingested_at"),
-        F.from_json(payload, _TYPED).alias("typed"),
         F.from_json(payload, _TEXT, _JSON_OPTIONS).alias("text"),
         F.try_parse_json(payload).alias("variant"),
         F.length(F.col("value")).alias("size"),
     )
-    reason = first_reason(_rules(F.col("typed"), F.col("text"), F.col("variant"), F.col("size"),
+    typed = {name: F.col(f"text.{name}") for name in STRING_FIELDS} | {
+        name: F.col(f"text.{name}").try_cast(kind) for name, kind in NUMBERS.items()}
+    reason = first_reason(_rules(typed, F.col("text"), F.col("variant"), F.col("size"),
                                  F.col("ingested_at"), max_payload_bytes, future_horizon_seconds))
     event_time = F.try_to_timestamp(F.col("text.event_time"))
     columns = (
-        *(F.col(f"typed.{c}").alias(c) for c in EVENT_COLUMNS if c != "event_time"),
+        *(typed[c].alias(c) for c in EVENT_COLUMNS if c != "event_time"),
         event_time.alias("event_time"),
         F.to_date(event_time).alias("event_date"),
         *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), reason.alias("reason"),
