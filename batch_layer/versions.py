@@ -10,9 +10,12 @@ Delta commit, so readers see all of them switch at once.
 
 The order of writes and reads keeps every day whole: writers commit a batch table, then the pointers,
 then the ledger (``serving_state``); readers read the ledger, then the pointers, then the tables these
-name. So no reader sees a day final whose rows the table it reads lacks.
+name. So no reader sees a day final whose rows the table it reads lacks. A switch back first copies
+into the previous version the days the ledger recorded since the switch (a reprocess records only the
+days it made newly final, at the switch's time), for the same reason.
 
-Writes go through delta-rs (no Spark job); Spark is imported only by the functions that write.
+Everything here is delta-rs, no Spark job; the pointers are written with ``infra.delta.upsert``,
+imported only when writing, so that readers and DAG files import no Spark.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ def _carry(settings: Settings, view: str, source: str, target: str, days: list[d
                         predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
 
 
-def switch_back(settings: Settings, views: Iterable[str], at: datetime | None = None) -> dict[str, dict]:
+def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
     """Serve each of ``views`` from its previous version again, all in one commit (and the version left
     becomes the previous one). The days the version being left made final or recomputed since it was
     switched to are first copied into the previous version, so it lacks no final day. Per view, the
@@ -180,14 +183,14 @@ def switch_back(settings: Settings, views: Iterable[str], at: datetime | None = 
                or not DeltaTable.is_deltatable(settings.table(rows[v]["previous_table"]))]
     if missing:
         raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
-                         f"or kept past version_retention_days)")
+                         f"or its version_retention_days ran out)")
     based_on = snapshot(settings, views)
     carried = {}
     for view in views:
         carried[view] = _changed_days(settings, view, rows[view]["switched_at"])
         if carried[view]:
             _carry(settings, view, rows[view]["table"], rows[view]["previous_table"], carried[view])
-    switch(settings, {v: rows[v]["previous_table"] for v in views}, at or datetime.now(timebase.UTC), based_on)
+    switch(settings, {v: rows[v]["previous_table"] for v in views}, datetime.now(timebase.UTC), based_on)
     return {v: {"label": label(rows[v]["previous_table"]), "carried_days": timebase.spans(carried[v])} for v in views}
 
 
@@ -197,12 +200,12 @@ def _written(table: Path) -> float:
     return max(os.stat(table).st_mtime, os.stat(log).st_mtime if log.exists() else 0)
 
 
-def retire(settings: Settings, now: datetime | None = None) -> list[str]:
+def retire(settings: Settings) -> list[str]:
     """Delete the versions that serve no view and may not be switched back to: a previous version is kept
     ``version_retention_days`` after the switch away from it (then its pointer is cleared, first); any
     other version not serving (a failed reprocess's, one replaced twice) once it was not written for as
     long. A serving version never goes. The names of the tables deleted."""
-    now, kept = now or datetime.now(timebase.UTC), timedelta(days=settings.version_retention_days)
+    now, kept = datetime.now(timebase.UTC), timedelta(days=settings.version_retention_days)
     rows = pointers(settings)
     expired = [row for row in rows.values() if row["previous_table"] and now - row["switched_at"] >= kept]
     if expired:

@@ -4,7 +4,7 @@ ones whole, switched together in one commit, switched back, and retired after th
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 from deltalake import DeltaTable
@@ -23,8 +23,6 @@ pytestmark = pytest.mark.integration
 DAY = datetime(2026, 11, 20, tzinfo=timebase.UTC)
 VIEWS = ("page_views_per_minute", "active_users_hourly")
 PAGE_VIEWS = get(VIEWS[0])
-
-
 NEXT_DAY = DAY + timebase.DAY
 
 

@@ -1,0 +1,62 @@
+"""Versions of the views' batch tables on tiny delta-rs tables: labels, switches, and what retirement keeps."""
+
+import dataclasses
+from datetime import datetime
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from batch_layer import versions
+from infra.settings import Settings
+from views.timebase import UTC
+
+VIEW = "page_views_per_minute"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    settings = Settings(home=tmp_path / "home")
+    for label in (None, "v2", "broken"):  # the first version, a second, and a failed attempt's leftover
+        write_deltalake(settings.table(versions.table_name(VIEW, label)), pa.table({"n": [1]}))
+    return settings
+
+
+def _switch(settings, label):
+    versions.switch(settings, {VIEW: versions.table_name(VIEW, label)}, datetime.now(UTC),
+                    versions.snapshot(settings, [VIEW]))
+
+
+@pytest.mark.parametrize("label,needle", [
+    ("V2", "lowercase letters"), ("", "lowercase letters"), ("a/b", "lowercase letters"), ("x" * 41, "1 to 40"),
+    ("initial", "not 'initial'"), ("v2", "in use by page_views_per_minute"),
+])
+def test_a_label_must_be_well_formed_and_not_serving_or_kept(settings, label, needle):
+    _switch(settings, "v2")
+    with pytest.raises(ValueError, match=needle):
+        versions.check_label(settings, [VIEW, "sessions_hourly"], label)
+    versions.check_label(settings, [VIEW], "broken")  # a leftover is built again
+
+
+def test_a_switch_names_the_previous_version_and_retirement_keeps_what_may_serve(settings):
+    assert versions.current(settings, VIEW) == settings.table(f"batch/{VIEW}")
+    _switch(settings, "v2")
+    assert versions.current(settings, VIEW) == settings.table(f"batch/{VIEW}@v2")
+    assert versions.describe(settings, [VIEW])[VIEW] | {"since": None} == {
+        "label": "v2", "since": None, "previous": versions.INITIAL}
+
+    assert versions.retire(settings) == []  # written just now, within a week
+    assert versions.retire(dataclasses.replace(settings, version_retention_days=0)) == [
+        f"batch/{VIEW}", f"batch/{VIEW}@broken"]
+    assert versions.describe(settings, [VIEW])[VIEW]["previous"] is None
+    assert versions.current(settings, VIEW).endswith("@v2")
+    with pytest.raises(ValueError, match="no previous version"):
+        versions.switch_back(settings, [VIEW])
+
+
+def test_a_switch_built_on_a_version_written_since_is_refused(settings):
+    based_on = versions.snapshot(settings, [VIEW])
+    write_deltalake(settings.table(versions.table_name(VIEW)), pa.table({"n": [2]}), mode="append")
+    with pytest.raises(versions.Conflict, match="nothing was switched"):
+        versions.switch(settings, {VIEW: versions.table_name(VIEW, "v2")}, datetime.now(UTC), based_on)
+    assert versions.current(settings, VIEW).endswith(f"batch/{VIEW}")
