@@ -31,6 +31,9 @@ from speed_layer import late_events, state
 from views import compile, events
 from views.model import FollowedBy, Session, View
 
+#: Dead letters of a micro-batch up to this many bytes are written from the driver (no Spark write job).
+DRIVER_BYTES = 16 * 2**20
+
 
 class Fold:
     """The speed layer's work on one micro-batch, and the state it keeps between them."""
@@ -61,7 +64,10 @@ class Fold:
             partials = self._partials(records.sparkSession, new, mark, grown, steps)
             self.state.remember(new)  # after the views' plans took the state before this batch
         late = late_events.count(counted, self.views, finals, batch_id)
-        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",)) if counted.dead else None,
+        dead = events.dead_letters(parsed)
+        if counted.dead and counted.dead_bytes <= DRIVER_BYTES:  # a few: written from the driver by delta-rs
+            dead = dead.toArrow()
+        side = [(dead, "dead_letters", ("dead_letter_date",)) if counted.dead else None,
                 (late, "late_events", ()) if late.num_rows else None,
                 (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last

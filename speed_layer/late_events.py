@@ -55,10 +55,11 @@ def behind(watermark: datetime | None) -> Column:
 @dataclass(frozen=True)
 class Tally:
     """A micro-batch's records counted in one Spark job: the valid ones per (event type, day, behind
-    the watermark), the dead ones, and the newest valid event time."""
+    the watermark), the dead ones and their bytes, and the newest valid event time."""
 
     groups: tuple[tuple[str, date, bool, int], ...]
     dead: int
+    dead_bytes: int
     newest: datetime | None
 
     @property
@@ -76,10 +77,11 @@ def tally(parsed: DataFrame, watermark: datetime | None) -> Tally:
     rows = parsed.groupBy(fine.alias("fine"), F.when(fine, F.col("event_type")).alias("type"),
                           F.when(fine, F.col("event_date")).alias("day"),
                           F.when(fine, behind(watermark)).alias("behind")).agg(
-        F.count(F.lit(1)).alias("events"), F.max("event_time").alias("newest")).collect()
-    valid = [row for row in rows if row.fine]
+        F.count(F.lit(1)).alias("events"), F.sum(F.length("raw")).alias("bytes"),
+        F.max("event_time").alias("newest")).collect()
+    valid, dead = [row for row in rows if row.fine], [row for row in rows if not row.fine]
     return Tally(tuple((row.type, row.day, row.behind, row.events) for row in valid),
-                 sum(row.events for row in rows if not row.fine),
+                 sum(row.events for row in dead), sum(row.bytes or 0 for row in dead),
                  max((row.newest for row in valid), default=None))
 
 
