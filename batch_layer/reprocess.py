@@ -92,7 +92,8 @@ def plan(settings: Settings, label: str, views: Iterable[str] | None = None, fir
     return Plan(views, label, first, last, copy_others=not all_history)
 
 
-def _copy_others(spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None], target: str) -> None:
+def _copy_others(spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None],
+                 target: str) -> None:
     """Append to ``target`` the rows of the serving version ``source`` (table, Delta version) outside the
     plan's days."""
     table, version = source
@@ -150,7 +151,8 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
         discard(settings, plan)
         raise
     record_final(settings, newly, at)
-    return {view: {"label": plan.label, "previous": versions.label(based_on[view][0]),
+    return {view: {"label": plan.label,
+                   "previous": versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
                    "rows": sum(per_day.values()), "days": f"{plan.first}..{plan.last}",
                    "newly_final": timebase.spans(newly[view])} for view, per_day in built.items()}
 

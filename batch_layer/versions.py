@@ -91,10 +91,13 @@ def current(settings: Settings, view: str) -> str:
 def describe(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
     """Per view, the version serving it, since when, and the one it can be switched back to."""
     rows = pointers(settings)
-    return {view: {"label": label(_serving(rows, view)),
-                   "since": rows[view]["switched_at"].isoformat() if view in rows else None,
-                   "previous": label(rows[view]["previous_table"]) if rows.get(view, {}).get("previous_table") else None}
-            for view in views}
+    described = {}
+    for view in views:
+        row = rows.get(view, {})
+        described[view] = {"label": label(_serving(rows, view)),
+                           "since": row["switched_at"].isoformat() if row else None,
+                           "previous": label(row["previous_table"]) if row.get("previous_table") else None}
+    return described
 
 
 def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
@@ -129,7 +132,8 @@ def _write(settings: Settings, rows: list[dict]) -> None:
     upsert(pa.Table.from_pylist(rows, SCHEMA), settings.table(TABLE), ("view",))
 
 
-def switch(settings: Settings, tables: dict[str, str], at: datetime, based_on: dict[str, tuple[str, int | None]]) -> None:
+def switch(settings: Settings, tables: dict[str, str], at: datetime,
+           based_on: dict[str, tuple[str, int | None]]) -> None:
     """Serve each view of ``tables`` from the table named there, all in one commit; the tables they
     replace become their previous versions. ``based_on`` is the :func:`snapshot` the new tables were
     built from: if a serving table was written or switched since, nothing is switched (:class:`Conflict`)."""

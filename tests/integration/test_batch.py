@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from batch_layer import quality
+from batch_layer import quality, versions
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
 from infra.generator import Mix, generate
 from tests import oracle
-from tests.integration.records import kafka_frame
-from views import compile, events, get, timebase
+from tests.integration.records import land
+from views import compile, get, timebase
 
 pytestmark = pytest.mark.integration
 
@@ -27,14 +27,12 @@ def landed(spark, tables):
     """Two days of messy records (late, resent, malformed) parsed and landed in raw_events."""
     records = generate(DAY - timedelta(days=1), DAY + timedelta(days=1), 3000, seed=11,
                        mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
-    parsed = events.parse(kafka_frame(spark, records), tables.max_payload_bytes, 10**9)
-    (events.landed(parsed).write.format("delta").partitionBy("event_date")
-     .save(tables.table("raw_events")))
+    land(spark, tables, records)
     return records
 
 
 def _batch_rows(spark, tables) -> dict:
-    rows = spark.read.format("delta").load(tables.table(f"batch/{VIEW.name}")).collect()
+    rows = spark.read.format("delta").load(versions.current(tables, VIEW.name)).collect()
     for row in rows:
         assert row.window_end - row.window_start == timedelta(minutes=1)
     return {(timebase.utc(r.window_start), r.page): (r.views, r.unique_users) for r in rows}

@@ -13,8 +13,8 @@ from infra.generator import Mix, generate
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle
-from tests.integration.records import kafka_frame
-from views import all_views, events, timebase
+from tests.integration.records import kafka_frame, land
+from views import all_views, timebase
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +29,7 @@ def test_events_the_speed_layer_missed_show_up_as_a_correction_of_their_size(spa
     missed = generate(start, start + timedelta(hours=1), 60, seed=8, mix=CLEAN)
     queries.ensure_tables(spark, tables)
     Fold(spark, tables, [view], "corrections")(kafka_frame(spark, seen), 0)
-    (events.landed(events.parse(kafka_frame(spark, missed), tables.max_payload_bytes, 10**9))
-     .write.format("delta").mode("append").partitionBy("event_date").save(tables.table("raw_events")))
+    land(spark, tables, missed)
 
     recompute_view(spark, tables, view, DAY, DAY + timedelta(days=1))
 

@@ -98,14 +98,16 @@ def test_spark_tasks_share_one_pool_so_recomputes_and_reprocess_never_overlap(da
 
     tasks = {"batch_recompute": "recompute", "late_data_recompute": "recompute", "reprocess": "reprocess",
              "maintenance": "optimize_and_vacuum"}
-    assert {dag: dagbag.dags[dag].get_task(task).pool for dag, task in tasks.items()} == dict.fromkeys(tasks, SPARK_POOL)
+    pools = {dag: dagbag.dags[dag].get_task(task).pool for dag, task in tasks.items()}
+    assert pools == dict.fromkeys(tasks, SPARK_POOL)
 
 
 def test_reprocess_is_manual_and_writes_every_batch_table_and_the_version_pointers(dagbag):
     dag = dagbag.dags["reprocess"]
     assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
     outlets = {a.name for a in dag.get_task("reprocess").outlets}
-    assert outlets >= {"lambdalake.batch.page_views_per_minute", "lambdalake.serving_state", "lambdalake.serving_versions"}
+    assert outlets >= {"lambdalake.batch.page_views_per_minute", "lambdalake.serving_state",
+                       "lambdalake.serving_versions"}
 
 
 def test_reprocess_form_takes_views_days_or_all_history_and_a_label(reprocess_form):
@@ -113,7 +115,8 @@ def test_reprocess_form_takes_views_days_or_all_history_and_a_label(reprocess_fo
 
     assert reprocess_form({"label": "v2"}) == {"views": list(all_views()), "start": None, "end": None,
                                                "all_history": False, "label": "v2"}
-    days = reprocess_form({"label": "fix-2026_11", "views": ["sessions_hourly"], "start": "2026-11-01", "end": "2026-11-02"})
+    days = reprocess_form({"label": "fix-2026_11", "views": ["sessions_hourly"],
+                           "start": "2026-11-01", "end": "2026-11-02"})
     assert (days["views"], days["start"], days["end"]) == (["sessions_hourly"], "2026-11-01", "2026-11-02")
     assert reprocess_form({"label": "v3", "all_history": True})["all_history"] is True
 

@@ -27,7 +27,7 @@ def settings(tmp_path):
     write_deltalake(settings.table("serving_state"),
                     pa.table({"view": ["page_views_per_minute"], "day": [date(2026, 1, 1)]}))
     start = datetime(2026, 1, 1, 10, tzinfo=UTC)
-    write_deltalake(settings.table("batch/page_views_per_minute"), pa.table({
+    write_deltalake(versions.current(settings, "page_views_per_minute"), pa.table({
         "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
         "views": [3], "unique_users": [2]}))
     return settings
@@ -154,7 +154,7 @@ def test_concurrent_readers(settings):
 def test_readers_see_each_new_version_while_it_is_written(settings):
     """Tables the views read are copied at each version: readers never fail or go back while a writer
     appends, and only the newest copy is kept."""
-    path, start = settings.table("batch/page_views_per_minute"), datetime(2026, 1, 1, 11, tzinfo=UTC)
+    path, start = versions.current(settings, "page_views_per_minute"), datetime(2026, 1, 1, 11, tzinfo=UTC)
 
     def write(i: int) -> None:
         write_deltalake(path, pa.table({"window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW),
