@@ -187,7 +187,7 @@ def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
                or not DeltaTable.is_deltatable(settings.table(rows[v]["previous_table"]))]
     if missing:
         raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
-                         f"or its version_retention_days ran out)")
+                         f"no table before its switch, or past version_retention_days)")
     based_on = snapshot(settings, views)
     carried = {}
     for view in views:
