@@ -66,11 +66,6 @@ def _context(settings: Settings):
     return context
 
 
-def data_docs(settings: Settings) -> str:
-    """The path of the Data Docs' index page (written by the first checkpoint run)."""
-    return str(settings.home / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html")
-
-
 def _every(condition: str, description: str, rows: str = "{batch}"):
     """A critical expectation: every row of ``rows`` (by default the batch) meets ``condition``."""
     from great_expectations.expectations import UnexpectedRowsExpectation
@@ -144,7 +139,7 @@ def check(settings: Settings, name: str, expectations: list, rows: DataFrame, st
         [dict(zip(columns, (now, name, *days, *outcome))) for outcome in done.results], RESULTS), mode="append")
     if done.failed:
         raise QualityFailed(f"{name} for {days[0]}..{days[1]}: failed {'; '.join(done.failed)}; nothing was "
-                            f"written and those days stay as they were; see {data_docs(settings)}")
+                            f"written and those days stay as they were; see {settings.data_docs}")
     return done
 
 

@@ -33,8 +33,6 @@ def batch_tables(settings: Settings) -> list[Asset]:
 
 def quality_docs(settings: Settings) -> str:
     """Markdown for a DAG's docs: where the Great Expectations Data Docs of its checks are."""
-    from batch_layer.quality import data_docs
-
     return (f"\n\n**Data quality.** Each recompute checks raw_events and every view with Great Expectations "
             f"suites before writing; a critical failure fails the task and leaves the days as they were. "
-            f"Data Docs: `{data_docs(settings)}`; results: `lambdalake query \"SELECT * FROM quality_results\"`.")
+            f"Data Docs: `{settings.data_docs}`; results: `lambdalake query \"SELECT * FROM quality_results\"`.")

@@ -85,6 +85,16 @@ class Settings:
         return self.home / "data"
 
     @property
+    def gx(self) -> Path:
+        """The Great Expectations file data context: suites, checkpoints and Data Docs."""
+        return self.home / "gx"
+
+    @property
+    def data_docs(self) -> Path:
+        """The index page of the Data Docs (written by the first checkpoint run)."""
+        return self.gx / "uncommitted" / "data_docs" / "local_site" / "index.html"
+
+    @property
     def checkpoints(self) -> Path:
         return self.home / "checkpoints"
 

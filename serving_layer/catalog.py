@@ -53,14 +53,13 @@ def rows(settings: Settings, sql: str) -> list[dict]:
 def quality(settings: Settings) -> dict:
     """Where the Great Expectations Data Docs are, and each suite's last check: its days, and how
     many critical expectations failed and how many warnings were raised."""
-    from batch_layer.quality import data_docs
 
     last = rows(settings, (
         "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
         "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
         "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
         "GROUP BY ALL ORDER BY suite"))
-    return {"data_docs": data_docs(settings), "suites": {r.pop("suite"): r for r in last}}
+    return {"data_docs": str(settings.data_docs), "suites": {r.pop("suite"): r for r in last}}
 
 
 def corrections(settings: Settings) -> list[dict]:

@@ -100,7 +100,7 @@ def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, land
     failed = [r for r in _results(spark, tables, f"view.{VIEW.name}") if not r.success]
     assert [(r.expectation, r.severity, str(r.first_day), str(r.last_day)) for r in failed] == [
         ("every row: views > 1000", "critical", "2026-11-19", "2026-11-20")]
-    docs = Path(quality.data_docs(tables))
+    docs = tables.data_docs
     assert "view.page_views_per_minute" in docs.read_text()
 
 
