@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
