@@ -2,8 +2,10 @@
 
 Eventual accuracy for late data: events behind a view's speed watermark are dropped by the speed
 views but land in `raw_events`, and the speed layer counts them per view and day in `late_events`.
-Every hour this DAG recomputes exactly the days that were batched already and have received late
-events since (`batch_layer.stale.stale_days`), one mapped task per day, each replacing that day.
+This DAG recomputes exactly the days that were batched already and have received late events since
+(`batch_layer.stale.stale_days`), one mapped task per day, each replacing that day. It runs on data:
+when `speed_layer_watchdog` updates the `lambdalake.late_events` Asset (it found such days), and
+every hour in any case.
 Days not batched yet need nothing: their nightly `batch_recompute` run will count the late events.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, task
 
 from infra import dags
 from infra.settings import load
@@ -21,7 +23,8 @@ settings = load()
 with DAG(
     dag_id="late_data_recompute",
     doc_md=__doc__ + dags.quality_docs(settings),
-    schedule="@hourly",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"),
+                                 assets=[dags.table(settings, "late_events")]),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,

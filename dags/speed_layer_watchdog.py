@@ -4,6 +4,11 @@ Every five minutes: is the speed layer alive, reporting its health, free of fail
 making progress while Kafka holds unprocessed records? If not, restart it (it resumes from its
 checkpoints, exactly once). A speed layer stopped on purpose (`lambdalake speed stop`) is left alone
 until `lambdalake speed start`.
+
+It also **announces late data**: when late events have arrived for days batch has made final
+(`batch_layer.stale`), it updates the `lambdalake.late_events` Asset, on which `late_data_recompute`
+is scheduled, so those days are corrected within minutes rather than at the next hour. Otherwise that
+task is skipped and the Asset is not updated.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from infra import dags
 from infra.settings import load
+
+settings = load()
 
 with DAG(
     dag_id="speed_layer_watchdog",
@@ -31,6 +39,17 @@ with DAG(
         """Check the speed layer and restart it if needed; say what was found."""
         from infra.services import watch_speed
 
-        return watch_speed(load())
+        return watch_speed(settings)
+
+    @task(outlets=[dags.table(settings, "late_events")])
+    def announce_late_data() -> list[str]:
+        """Update the late_events Asset if final days have late events to correct; else skip."""
+        from batch_layer.stale import stale_days
+
+        days = stale_days(settings)
+        if not days:
+            raise AirflowSkipException("no final day has late events to correct")
+        return [day.isoformat() for day in days]
 
     watch()
+    announce_late_data()

@@ -67,6 +67,14 @@ def test_batch_dags_write_the_view_tables_as_assets_and_link_the_data_docs(dagba
         assert "Data Docs: `" in dag.doc_md and "gx/uncommitted/data_docs/local_site/index.html" in dag.doc_md
 
 
+def test_late_data_recompute_runs_on_the_late_events_the_watchdog_announces_or_hourly(dagbag):
+    announce = dagbag.dags["speed_layer_watchdog"].get_task("announce_late_data")
+    assert [asset.name for asset in announce.outlets] == ["lambdalake.late_events"]
+    timetable = _serialized(dagbag, "late_data_recompute").timetable
+    assert [asset.name for asset in timetable.asset_condition.objects] == ["lambdalake.late_events"]
+    assert timetable.description == "Triggered by assets or Every hour"
+
+
 def test_batch_recompute_is_configuration(dagbag):
     dag = dagbag.dags["batch_recompute"]
     assert dag.catchup and dag.max_active_runs == 1
