@@ -1,5 +1,6 @@
 """``python -m bench`` (``make bench``): measure the speed layer against a bare Structured Streaming
-job, and the serving layer against Spark SQL, and rewrite their parts of BENCHMARKS.md."""
+job, the serving layer against Spark SQL and the batch layer against a plain Spark SQL job, and
+rewrite their parts of BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import platform
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -15,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from bench import live, serving, throughput
+from bench import batch, live, serving, throughput
 from infra import generator, kafka, processes, producer
 from infra.settings import REPO, Settings
 from serving_layer.cli import Parser
@@ -25,9 +27,9 @@ REPORT = REPO / "BENCHMARKS.md"
 PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080}
 JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
 #: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
-PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving"}
-HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving) comes from one "
-          "run, stated at its end, each against a baseline measured in the same run.\n")
+PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving", "batch": "## Batch"}
+HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving, batch) comes "
+          "from one run, stated at its end, each against a baseline measured in the same run.\n")
 
 
 def _count(text: str) -> int:
@@ -48,7 +50,11 @@ def _parser() -> Parser:
     parser.add_argument("--markers", type=_count, default=30, help="freshness markers (default 30)")
     parser.add_argument("--serving-events", type=_count, default=1_000_000,
                         help="events over the serving part's month (default 1000000)")
-    parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the other's figures")
+    parser.add_argument("--batch-events", type=_count, default=1_000_000,
+                        help="events of the batch part's day, N; its growth days have 2N and 4N (default 1000000)")
+    parser.add_argument("--batch-runs", type=_count, default=3,
+                        help="timed runs per job on the batch part's day of N events (default 3)")
+    parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the others' figures")
     return parser
 
 
@@ -187,6 +193,40 @@ def render_serving(data: serving.Data, results: dict[str, serving.Result], point
     ])
 
 
+def render_batch(days: list[batch.Day], late: batch.Late, command: str, date: str, minutes: float) -> str:
+    first = days[0]
+    median = {job: statistics.median(times) for job, times in first.seconds.items()}
+    ratio = {job: seconds / median[batch.BASELINE] for job, seconds in median.items()}
+    target = {batch.BATCH: f"≤ 1.1: {'met' if ratio[batch.BATCH] <= 1.1 else 'not met'}"}
+    rows = [f"| {job} | {median[job]:,.1f} | {', '.join(f'{s:,.1f}' for s in times)} | {ratio[job]:.2f} | "
+            f"{target.get(job, '')} |" for job, times in first.seconds.items()]
+    growth = [(day.events, *(statistics.median(day.seconds[job]) for job in (batch.BATCH, batch.BASELINE)))
+              for day in days]
+    growth_rows = [f"| {events:,} | {ours:,.1f} | {base:,.1f} | {ours / base:.2f} | {ours / events * 1e6:,.1f} | "
+                   f"{base / events * 1e6:,.1f} |" for events, ours, base in growth]
+    (n, ours_n, base_n), (most, ours_most, base_most) = growth[0], growth[-1]
+    stale = ", ".join(map(str, late.stale))
+    return "\n".join([
+        PARTS["batch"], "", _doc(batch), "",
+        f"Ratio: a day ({first.day}) of {first.events:,} events; seconds per recompute, median of "
+        f"{len(first.seconds[batch.BATCH])} timed runs (each listed).", "",
+        "| job | seconds | runs | ratio to baseline | target |", "|---|---|---|---|---|", *rows, "",
+        "Growth: seconds per recompute of a day (at the first size the median above, then one run).", "",
+        "| events in the day | batch layer s | baseline s | ratio | batch layer s per million events | "
+        "baseline s per million events |", "|---|---|---|---|---|---|", *growth_rows, "",
+        f"From {n:,} to {most:,} events ({most / n:.0f}x), the batch layer's time grew {ours_most / ours_n:.1f}x and "
+        f"the baseline's {base_most / base_n:.1f}x.", "",
+        f"Late event: {len(late.days)} days held ({late.days[0]} .. {late.days[-1]}), {late.events:,} events each; "
+        f"the late event is a page view of {late.days[-1]} at 23:30.", "",
+        "| job | days recomputed | seconds |", "|---|---|---|",
+        f"| full rebuild: `recompute_day` over every day held | {len(late.days)} | {late.rebuild_seconds:,.1f} |",
+        f"| correcting one late event: `stale_days`, then `recompute_day` per stale day | "
+        f"{len(late.stale)} ({stale}) | {late.correction_seconds:,.1f} |", "",
+        f"The correction took {late.correction_seconds / late.rebuild_seconds:.2f} of the rebuild's time.", "",
+        "### Run", "", *_run(command, date, minutes), "",
+    ])
+
+
 def _run(command: str, date: str, minutes: float) -> list[str]:
     return [f"- Command: `{command}`", f"- Date: {date}, {minutes:.0f} min in all", f"- Machine: {machine()}"]
 
@@ -235,8 +275,11 @@ def main(argv: list[str] | None = None) -> int:
             date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
             if part == "speed":
                 figures, write = _speed(args, root, say), render
-            else:
+            elif part == "serving":
                 figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
+            else:
+                figures, write = batch.run(_deployment(root, "batch"), _deployment(root, "batch-late"),
+                                           args.batch_events, args.batch_runs, say), render_batch
             parts[part] = write(*figures, _command(argv), date, (time.monotonic() - began) / 60)
             REPORT.write_text(HEADER + "\n" + "\n".join(parts[name] for name in PARTS if name in parts))
             say(f"wrote the {part} part of {REPORT.relative_to(REPO)}")

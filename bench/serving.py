@@ -31,20 +31,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from batch_layer.recompute import recompute_view
+from bench import landing
 from infra import generator
 from infra import spark as sparks
 from infra.settings import Settings
 from serving_layer import engine, spark_sql
-from speed_layer.fold import Fold
-from speed_layer.queries import ensure_tables, speed_views
-from views import all_views, events
+from speed_layer.queries import ensure_tables
+from views import all_views
 
 DAYS = 30
 VIEW = "page_views_per_minute"
@@ -74,18 +71,6 @@ class Result:
     queries_per_second: float
 
 
-def _kafka_records(spark, records: list[generator.Record], path: Path):
-    """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
-    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
-                        ("timestampType", pa.int32())])
-    pq.write_table(pa.table({
-        "key": [r.key for r in records], "value": [r.value for r in records], "topic": ["events"] * len(records),
-        "partition": [0] * len(records), "offset": range(len(records)), "timestamp": [r.send_at for r in records],
-        "timestampType": [0] * len(records)}, schema=schema), path)
-    return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
-
-
 def build(spark, settings: Settings, count: int, say) -> Data:
     """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
     (UTC) and recompute every view over them."""
@@ -95,13 +80,10 @@ def build(spark, settings: Settings, count: int, say) -> Data:
     ensure_tables(spark, settings)
     say(f"serving: folding {SPEED_EVENTS:,} events of the last hour into the speed views ...")
     recent = generator.generate(now - timedelta(hours=1), now, SPEED_EVENTS, seed=2)
-    Fold(spark, settings, speed_views(settings), "bench")(_kafka_records(spark, recent, settings.home / "recent"), 0)
+    landing.fold(spark, settings, recent, settings.home / "recent", "bench")
     records = generator.generate(start, end, count, seed=1)
     say(f"serving: landing {len(records):,} events of {start:%Y-%m-%d} .. {end - timedelta(days=1):%Y-%m-%d} ...")
-    parsed = events.parse(_kafka_records(spark, records, settings.home / "month"), settings.max_payload_bytes,
-                          settings.future_horizon_seconds)
-    events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date").save(
-        settings.table("raw_events"))
+    landing.land(spark, settings, records, settings.home / "month")
     for view in all_views(settings.view_modules).values():
         say(f"serving: recomputing {view.name} ...")
         recompute_view(spark, settings, view, start, end)

@@ -1,0 +1,41 @@
+"""Generated records into a deployment of the bench's own without Kafka: landed in raw_events as the
+speed layer lands them, or folded by the speed layer itself, one micro-batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from infra import generator
+from infra.settings import Settings
+from speed_layer.fold import Fold
+from speed_layer.queries import speed_views
+from views import events
+
+
+def kafka_records(spark, records: list[generator.Record], path: Path, topic: str = "events"):
+    """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
+                        ("timestampType", pa.int32())])
+    pq.write_table(pa.table({
+        "key": [r.key for r in records], "value": [r.value for r in records], "topic": [topic] * len(records),
+        "partition": [0] * len(records), "offset": range(len(records)), "timestamp": [r.send_at for r in records],
+        "timestampType": [0] * len(records)}, schema=schema), path)
+    return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
+
+
+def land(spark, settings: Settings, records: list[generator.Record], path: Path) -> None:
+    """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
+    parsed = events.parse(kafka_records(spark, records, path), settings.max_payload_bytes,
+                          settings.future_horizon_seconds)
+    events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date").save(
+        settings.table("raw_events"))
+
+
+def fold(spark, settings: Settings, records: list[generator.Record], path: Path, app_id: str) -> None:
+    """``records`` as one micro-batch of the speed layer's fold (``speed_layer.fold``) under ``app_id``:
+    raw_events, dead_letters, late_events and every speed view's partials."""
+    Fold(spark, settings, speed_views(settings), app_id)(kafka_records(spark, records, path), 0)
