@@ -5,27 +5,24 @@ driven in a real headless Chromium (Debian's chromium and chromium-driver, throu
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 import requests
 
 from batch_layer.recompute import recompute_view
 from infra import generator, processes, services
-from infra.settings import REPO, load
+from infra.settings import load
 from serving_layer import engine
 from speed_layer import queries
 from speed_layer.fold import Fold
+from tests.browser import chromium, screenshot
 from tests.integration.records import kafka_frame
 from views import all_views, timebase
 
 pytestmark = [pytest.mark.integration]
 
 DAY = timebase.day_start(datetime(2026, 5, 4).date())
-#: Where the browser test keeps its screenshot.
-ARTIFACTS = Path(os.environ.get("LAMBDALAKE_ARTIFACTS", REPO / ".artifacts"))
 
 
 def _home(tmp_path_factory, deployment, name: str, **overrides):
@@ -148,17 +145,10 @@ def test_a_set_token_is_required(served, tmp_path_factory, deployment):
 
 
 def test_dashboard_charts_final_and_provisional_rows_and_runs_a_query(served):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    try:
+    with chromium() as browser:
         browser.get(served.serve_url)
         wait = WebDriverWait(browser, 60)
         points = lambda trace: browser.find_elements(  # noqa: E731
@@ -174,7 +164,4 @@ def test_dashboard_charts_final_and_provisional_rows_and_runs_a_query(served):
         wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#result tr")) > 1)
         pages = engine.query(served, "SELECT count(DISTINCT page) FROM page_views_per_minute")[1][0][0]
         assert len(browser.find_elements(By.CSS_SELECTOR, "#result tr")) == pages + 1
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        assert browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
-    finally:
-        browser.quit()
+        screenshot(browser, "dashboard.png")

@@ -1,0 +1,82 @@
+"""A real headless Chromium for the browser tests (Debian's chromium and chromium-driver, through
+selenium), and what they do in Airflow's own UI. Screenshots are kept in ``ARTIFACTS``."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from infra import airflow
+from infra.settings import REPO, Settings
+
+#: Where the browser tests keep their screenshots.
+ARTIFACTS = Path(os.environ.get("LAMBDALAKE_ARTIFACTS", REPO / ".artifacts"))
+
+
+@contextmanager
+def chromium():
+    """A headless Chromium, quit at the end."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def screenshot(browser, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / name))
+
+
+def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeout: float = 900) -> dict[str, str]:
+    """Log in on Airflow's login page, start a backfill of ``dag`` over ``days`` (consecutive, oldest
+    first) from its "Trigger → Backfill" dialog, and wait until the runs succeed: one backfill run per
+    day, listed as such in the DAG's Runs tab. Returns ``{run_id: state}``."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    find = lambda xpath: wait.until(lambda _: browser.find_element(By.XPATH, xpath))  # noqa: E731
+
+    browser.get(f"{settings.airflow_url}/dags/{dag}")  # Airflow sends the browser to its login page first
+    find("//input[@name='username']").send_keys(settings.airflow_user)
+    find("//input[@name='password']").send_keys(settings.airflow_password)
+    find("//button[@type='submit' and normalize-space()='Sign in']").click()
+
+    find("//button[@data-testid='trigger-dag-button']").click()
+    find("//label[.//span[normalize-space()='Backfill']]").click()
+    for label, day in (("From", days[0]), ("To", days[-1])):
+        find(f"//div[@role='group'][label[normalize-space()='{label}']]//*[@data-testid='datetime-input']").click()
+        date = find("//*[@data-scope='popover' and @data-state='open']//input[@placeholder='YYYY/MM/DD']")
+        date.send_keys(f"{day:%Y/%m/%d}", Keys.ESCAPE)
+    find(f"//*[normalize-space()='{len(days)} runs will be triggered.']")
+    unpause = find(f"//label[.//span[normalize-space()='Unpause {dag} on trigger']]//input")
+    assert unpause.is_selected()  # the DAG is paused; the dialog unpauses it, or no run would start
+    screenshot(browser, "airflow-backfill-dialog.png")
+    find("//button[normalize-space()='Run Backfill']").click()
+
+    client = airflow.AirflowClient(settings)
+    states = client.wait_for_runs(dag, len(days), timeout=timeout)
+    runs = [r for r in client.dag_runs(dag) if r["dag_run_id"] in states]
+    assert {r["run_type"] for r in runs} == {"backfill"}
+    assert sorted(datetime.fromisoformat(r["logical_date"]) for r in runs) == days
+
+    browser.get(f"{settings.airflow_url}/dags/{dag}/runs")  # the UI lists them: backfill runs, succeeded
+    cells = lambda column: [c.text for c in browser.find_elements(  # noqa: E731
+        By.XPATH, f"//table[@data-testid='table-list']//td[@data-testid='table-cell-{column}']")]
+    WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda _: cells("state") == ["Success"] * len(days) and cells("run_type") == ["Backfill"] * len(days))
+    assert sorted(cells("dag_run_id")) == sorted(states)
+    screenshot(browser, "airflow-backfill-done.png")
+    return states
