@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import lru_cache
 
 import pyarrow as pa
 from deltalake import write_deltalake
@@ -58,10 +59,16 @@ class Check:
 
 
 def _context(settings: Settings):
+    return _context_at(str(settings.home))
+
+
+@lru_cache(maxsize=4)
+def _context_at(home: str):
+    """The deployment's GX file context, loaded once per process (with its Data Docs' compiled templates)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    context = gx.get_context(mode="file", project_root_dir=str(settings.home))
+    context = gx.get_context(mode="file", project_root_dir=home)
     context.variables.progress_bars = ProgressBarsConfig(globally=False)  # task logs, not terminals
     return context
 

@@ -86,22 +86,23 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         page_views = {k: v for k, v in expected["page_views_per_minute"].items() if k[0] >= first}
         merged = _settled(settings, {key: views for key, (views, _) in page_views.items()}, first)
         assert services.speed_health(settings)["error"] is None  # bad records did not stop it
+
+        _assert_batch_equals_oracle(settings, expected, first, today)
+        assert set(merged) == set(page_views)
+        for key, row in merged.items():
+            if key[0] >= today:
+                exact_views, exact_users = page_views[key]
+                assert (row["source"], row["is_final"], row["views"]) == ("speed", False, exact_views), key
+                assert within_sketch_error(row["unique_users"], exact_users), key
+        extra = {k for k, r in _merged(settings, EXTRA_VIEW).items() if r["source"] == "speed" and k[0] >= first}
+        assert extra == {k for k in expected[EXTRA_VIEW] if k[0] >= today}  # the test-only view, in speed too
+        before = [r for name in ("page_views_per_minute", EXTRA_VIEW)
+                  for k, r in _merged(settings, name).items() if k[0] < first]
+        assert all((r["source"], r["is_final"]) == ("speed", False) for r in before)  # no batch day: provisional
+
+        records = records + _late_events_reach_the_merged_view(airflow_service, records, category, today)
     finally:
         services.stop_speed(settings)
-
-    _assert_batch_equals_oracle(settings, expected, first, today)
-    assert set(merged) == set(page_views)
-    for key, row in merged.items():
-        if key[0] >= today:
-            exact_views, exact_users = page_views[key]
-            assert (row["source"], row["is_final"], row["views"]) == ("speed", False, exact_views), key
-            assert within_sketch_error(row["unique_users"], exact_users), key
-    extra = {k for k, r in _merged(settings, EXTRA_VIEW).items() if r["source"] == "speed" and k[0] >= first}
-    assert extra == {k for k in expected[EXTRA_VIEW] if k[0] >= today}  # the test-only view, in speed too
-    before = [r for name in ("page_views_per_minute", EXTRA_VIEW) for k, r in _merged(settings, name).items() if k[0] < first]
-    assert all((r["source"], r["is_final"]) == ("speed", False) for r in before)  # no batch day: provisional
-
-    records = records + _late_events_reach_the_merged_view(airflow_service, records, category, today)
 
     produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
     _, [(landed, dead, reasonless)] = engine.query(settings, (
@@ -112,8 +113,8 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
 
 
 def _late_events_reach_the_merged_view(airflow_service, records: list, category, today: datetime) -> list:
-    """Events for an already batched day, far behind the speed watermark: the speed layer counts them
-    in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
+    """Events for an already batched day, far behind the speed watermark: the speed layer (running)
+    counts them in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
     settings, client = airflow_service.settings, airflow_service.client
     yesterday = today - timedelta(days=1)
     late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
@@ -125,12 +126,8 @@ def _late_events_reach_the_merged_view(airflow_service, records: list, category,
         return events
 
     before = counted()
-    services.start_speed(settings)
-    try:
-        producer.send(settings, late)
-        services.wait_for_landing(settings)
-    finally:
-        services.stop_speed(settings)
+    producer.send(settings, late)
+    services.wait_for_landing(settings)
     assert counted() - before == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
 
     client.unpause("late_data_recompute")
