@@ -7,8 +7,10 @@ import pytest
 from serving_layer import engine
 from views import timebase
 
-#: 3 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)).
-SKETCH_ERROR = 3 * 1.04 / 64
+#: 4 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)): the tests compare
+#: hundreds of windows at once, and at 3 sigma per window a correct sketch fails a run now and then
+#: (the kill -9 test once saw one window of 144 at 1,074 against 1,130, 3.05 sigma).
+SKETCH_ERROR = 4 * 1.04 / 64
 
 
 def within_sketch_error(estimate: int, exact: int) -> bool:
