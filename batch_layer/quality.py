@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from infra.settings import Settings
 from views import timebase
-from views.events import EVENT_TYPES
+from views.event_fields import EVENT_TYPES
 from views.model import Tumbling, View
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # the machine may be offline; nothing leaves it

@@ -12,11 +12,16 @@ from typing import Iterable
 
 from views.model import View
 
+#: The package's modules that declare no view: the vocabulary, and the Spark code that compiles views,
+#: which readers and DAG files must not import.
+SUPPORT_MODULES = frozenset({"compile", "event_fields", "events", "model", "products", "timebase"})
+
 
 def all_views(extra_modules: Iterable[str] = ()) -> dict[str, View]:
     """Every view declared in this package and in ``extra_modules``, by name."""
     extra_modules = tuple(extra_modules)
-    modules = [f"views.{info.name}" for info in pkgutil.iter_modules(__path__)] + list(extra_modules)
+    modules = [f"views.{info.name}" for info in pkgutil.iter_modules(__path__)
+               if info.name not in SUPPORT_MODULES] + list(extra_modules)
     found = {}
     for name in modules:
         try:

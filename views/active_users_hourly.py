@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from views.events import EVENT_TYPES
+from views.event_fields import EVENT_TYPES
 from views.model import Tumbling, View, distinct
 
 VIEW = View(

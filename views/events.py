@@ -12,19 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-EVENT_TYPES = ("page_view", "search", "click", "add_to_cart", "purchase")
+from views.event_fields import COMMON_FIELDS, EVENT_TYPES, STRING_FIELDS, TYPE_FIELDS
 
-#: Fields every event has, and the fields each type adds.
-COMMON_FIELDS = ("event_id", "event_time", "event_type", "user_id", "session_id")
-TYPE_FIELDS = {
-    "page_view": ("page",),
-    "search": ("query",),
-    "click": ("query", "product_id"),
-    "add_to_cart": ("product_id",),
-    "purchase": ("product_id", "quantity", "amount"),
-}
-
-STRING_FIELDS = (*COMMON_FIELDS, "page", "query", "product_id")
 AMOUNT = T.DecimalType(12, 2)
 #: The fields as read from the JSON, as text; quantity and amount are then cast to these types.
 NUMBERS = {"quantity": T.IntegerType(), "amount": AMOUNT}

@@ -3,7 +3,7 @@ duration in seconds and average number of events."""
 
 from datetime import timedelta
 
-from views.events import EVENT_TYPES
+from views.event_fields import EVENT_TYPES
 from views.model import Session, Tumbling, View, count, mean
 
 VIEW = View(

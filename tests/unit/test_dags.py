@@ -1,6 +1,8 @@
 """The DAG files parse, the nightly batch run recomputes the day that just ended, and the reprocess DAG's
 form refuses what is wrong."""
 
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -46,6 +48,17 @@ def test_every_dag_imports(dagbag):
     assert dagbag.import_errors == {}
     assert sorted(dagbag.dag_ids) == list(DAG_IDS)
     assert all(dag.doc_md for dag in dagbag.dags.values())
+
+
+def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
+    """The dag-processor parses every DAG file often: none may start importing Spark, Delta or GX."""
+    probe = ("import runpy, sys\n"
+             f"for path in sorted(__import__('pathlib').Path({str(REPO / 'dags')!r}).glob('*.py')):\n"
+             "    runpy.run_path(str(path))\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'delta', 'great_expectations'}))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_every_dag_has_its_owner_retries_and_docs(dagbag):
