@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import date, datetime, timedelta
+from typing import Iterable
 
 import deltalake
 import pyarrow as pa
@@ -21,6 +22,7 @@ from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
 from views import all_views, compile, timebase
+from views.events import EVENT_COLUMNS
 from views.model import View
 
 log = logging.getLogger(__name__)
@@ -43,20 +45,37 @@ def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def write_days(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
-               path: str) -> dict[date, int]:
-    """Compute ``view``'s rows for the days of ``[start, end)`` exactly and replace those days in the table
-    at ``path``; the rows per day.
+def read_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
+                end: datetime) -> DataFrame:
+    """Each event_id's first received copy among the raw_events ``views`` read to compute the days of
+    ``[start, end)``: to be taken once for all of them (every copy of an event is on its day).
 
-    Events are read from as far before and after those days as the view's windows reach (a session
-    that began the day before, a 10-minute window starting at 23:59, a click after midnight). The rows
-    pass the view's Great Expectations suite (batch_layer.quality) before they are written, and are
-    compared with the speed layer's rows of those days (batch_layer.corrections).
+    A view reads as far before and after those days as its windows reach (a session that began the
+    day before, a 10-minute window starting at 23:59, a click after midnight).
     """
     start, end = timebase.utc(start), timebase.utc(end)
     timebase.days_between(start, end)  # whole days, or nothing is read
-    first, last = (start - view.lookback).date(), (end + view.reach - timedelta(microseconds=1)).date()
+    first, last = _days_read(views, start, end)
     events = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
+    return compile.first_copies(events.select(*EVENT_COLUMNS, "event_date", *compile.RECEIPT_ORDER))
+
+
+def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[date, date]:
+    views = tuple(views)
+    return (min((start - view.lookback).date() for view in views),
+            max((end + view.reach - timedelta(microseconds=1)).date() for view in views))
+
+
+def write_days(spark: SparkSession, settings: Settings, view: View, events: DataFrame, start: datetime,
+               end: datetime, path: str) -> dict[date, int]:
+    """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (at least the
+    :func:`read_events` it reads) and replace those days in the table at ``path``; the rows per day.
+
+    The rows pass the view's Great Expectations suite (batch_layer.quality) before they are written,
+    and are compared with the speed layer's rows of those days (batch_layer.corrections).
+    """
+    start, end = timebase.utc(start), timebase.utc(end)
+    events = events.where(F.col("event_date").between(*_days_read([view], start, end)))
     dimensions = {name: read_table(spark, settings, name) for name in compile.dimension_tables(view)}
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window).persist()
@@ -87,12 +106,16 @@ def final_days(settings: Settings, view: str) -> set[date]:
     return {row["day"] for row in ledger.to_pylist() if row["view"] == view}
 
 
-def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> dict:
+def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
+                   events: DataFrame | None = None) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
-    (batch_layer.versions, :func:`write_days`) and record those days final."""
+    (batch_layer.versions, :func:`write_days` from ``events``, by default read for this view alone) and
+    record those days final."""
     days = timebase.days_between(start, end)
     path = versions.current(settings, view.name)
-    per_day = write_days(spark, settings, view, start, end, path)
+    if events is None:
+        events = read_events(spark, settings, [view], start, end)
+    per_day = write_days(spark, settings, view, events, start, end, path)
     versions.require_serving(settings, view.name, path)
     record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
     final = timebase.spans(final_days(settings, view.name))
@@ -108,4 +131,8 @@ def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     spark = sparks.session(settings, "lambdalake-batch")
     quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)
-    return {name: recompute_view(spark, settings, view, start, end) for name, view in views.items()}
+    events = read_events(spark, settings, views.values(), start, end).persist()
+    try:
+        return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}
+    finally:
+        events.unpersist()

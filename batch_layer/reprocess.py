@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from batch_layer import quality, versions
-from batch_layer.recompute import final_days, read_table, record_final, write_days
+from batch_layer.recompute import final_days, read_events, read_table, record_final, write_days
 from infra import spark as sparks
 from infra.settings import Settings
 from views import all_views, timebase
@@ -118,10 +118,14 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
     try:
         quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), plan.start, plan.end)
         built = {}
-        for view in views:
-            built[view.name] = write_days(spark, settings, view, plan.start, plan.end, targets[view.name])
-            if plan.copy_others:
-                _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
+        events = read_events(spark, settings, views, plan.start, plan.end).persist()
+        try:
+            for view in views:
+                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name])
+                if plan.copy_others:
+                    _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
+        finally:
+            events.unpersist()
         return built
     except BaseException:
         discard(settings, plan)

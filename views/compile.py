@@ -2,8 +2,8 @@
 
 A view is computed in three steps, each a pure ``DataFrame -> DataFrame`` function:
 
-1. :func:`prepare`: the view's events, each event_id once (the first received copy), flagged by its
-   FollowedBy joins and grouped into sessions if its window is one. The speed layer applies the same
+1. :func:`prepare`: the view's events, from each event_id's first received copy (:func:`first_copies`,
+   taken once for every view), flagged by its FollowedBy joins and grouped into sessions if its window is one. The speed layer applies the same
    pieces (:func:`own`, :func:`flagged`, :func:`sessions`) to each micro-batch and the state it keeps.
 2. :func:`enrich`: dimension columns; batch as of the event's time, speed as the dimension is now.
 3. :func:`aggregate`: measures per window and key. Each measure is kept as mergeable *states*: batch
@@ -55,8 +55,8 @@ def first_copies(events: DataFrame) -> DataFrame:
 
 
 def prepare(view: View, events: DataFrame) -> DataFrame:
-    """The view's rows from raw_events rows: each event_id once (the first received copy)."""
-    rows = own(first_copies(inputs(view, events)))
+    """The view's rows from raw_events' first copies (:func:`first_copies`)."""
+    rows = own(inputs(view, events))
     for join in view.joins:
         if isinstance(join, FollowedBy):
             rows = rows.unionByName(flagged(view, join, rows, followers(join, events)))
@@ -239,6 +239,7 @@ def _packing(view: View) -> tuple[Column, ...]:
 
 
 def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:
-    """Exact view rows from raw_events rows, dimensions as of each event's time."""
+    """Exact view rows from raw_events' first copies (:func:`first_copies`), dimensions as of each
+    event's time."""
     rows = enrich(view, prepare(view, events), dimensions, as_of=True)
     return aggregate(view, rows, exact=True)

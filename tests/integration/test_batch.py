@@ -105,7 +105,7 @@ def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, land
 
 def test_reconciliation_catches_a_lost_window(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
-    events = spark.read.format("delta").load(tables.table("raw_events"))
+    events = compile.first_copies(spark.read.format("delta").load(tables.table("raw_events")))
     rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
     quality.check_view(tables, VIEW, rows, events, start, end)
     lost = rows.orderBy("window_start", "page").offset(1)
