@@ -94,8 +94,8 @@ def _kill_9(settings) -> None:
     psutil.wait_procs(group, timeout=30)
 
 
-def test_kill_9_five_times_during_200k_events_loses_and_repeats_nothing(home):
-    records = _recent(200_000, seed=21, mix=generator.Mix(late=0, duplicate=0.02, malformed=0.005))
+def test_kill_9_five_times_during_100k_events_loses_and_repeats_nothing(home):
+    records = _recent(100_000, seed=21, mix=generator.Mix(late=0, duplicate=0.02, malformed=0.005))
     sender = threading.Thread(target=_stream, args=(home, records), daemon=True)
     rng = random.Random(5)
     services.start_speed(home)
