@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from infra import processes
+from infra import credentials, processes
 from infra.settings import REPO, Settings
 
 SCHEDULER = "airflow-scheduler"
@@ -135,7 +135,7 @@ def _prepare(settings: Settings) -> None:
     """Write the admin's login, migrate the metadata database and create the Spark pool (once per
     Airflow version)."""
     home = airflow_home(settings)
-    _write_private(home / "passwords.json", {settings.airflow_user: settings.airflow_password})
+    _write_private(home / "passwords.json", {settings.airflow_user: credentials.airflow_password(settings)})
     marker = home / "migrated"
     wanted = version("apache-airflow-core")
     if (home / "airflow.db").exists() and marker.exists() and marker.read_text().strip() == wanted:
@@ -225,11 +225,11 @@ class AirflowClient:
     def login(self) -> str:
         """A fresh JWT from POST /auth/token."""
         response = self._http.post(f"{self.url}/auth/token", timeout=30, json={
-            "username": self.settings.airflow_user, "password": self.settings.airflow_password})
+            "username": self.settings.airflow_user, "password": credentials.airflow_password(self.settings)})
         if response.status_code != 201:
             raise AirflowError(f"login as {self.settings.airflow_user!r} at {self.url} failed "
                                f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up "
-                               f"(`lambdalake status`) and the password the one in settings.json?")
+                               f"(`lambdalake status` prints the password)?")
         self._token = response.json()["access_token"]
         return self._token
 

@@ -23,7 +23,8 @@ class Settings:
     kafka_controller_port: int = 9093
     airflow_port: int = 8080
     airflow_user: str = "admin"
-    airflow_password: str = "lambdalake"
+    #: None: generated on first use and kept in ``<home>/secrets`` (infra.secrets).
+    airflow_password: str | None = None
     events_topic: str = "events"
     products_topic: str = "products"
     topic_partitions: int = 3

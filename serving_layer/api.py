@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
+from infra import credentials
 from infra.settings import Settings
 from serving_layer import catalog, engine
 from serving_layer.sandbox import QueryError
@@ -63,12 +64,7 @@ def token(settings: Settings, host: str) -> str | None:
     kept in ``<home>/secrets/serve-token`` (mode 600); else none."""
     if settings.serve_token or is_loopback(host):
         return settings.serve_token
-    path = settings.home / "secrets" / "serve-token"
-    if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+    return credentials.kept(settings, "serve-token")
 
 
 @lru_cache(maxsize=1)

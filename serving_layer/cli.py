@@ -9,7 +9,7 @@ import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from infra import processes, settings as config
+from infra import credentials, processes, settings as config
 
 
 class Parser(argparse.ArgumentParser):
@@ -207,6 +207,7 @@ def _status(settings, as_json: bool) -> None:
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
+    print(f"  Airflow login: {settings.airflow_user} / {credentials.airflow_password(settings)}")
     api = report["serving_api"]
     print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
     print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
@@ -265,7 +266,7 @@ def run(argv: list[str]) -> None:
 
         settings = services.up(settings)
         print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user} / "
-              f"{settings.airflow_password}); dashboard and API: {settings.serve_url}; "
+              f"{credentials.airflow_password(settings)}); dashboard and API: {settings.serve_url}; "
               f"stop with `lambdalake down`")
     elif args.command == "down":
         from infra import services

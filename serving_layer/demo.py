@@ -8,7 +8,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from infra import airflow, generator, kafka, producer, services
+from infra import airflow, credentials, generator, kafka, producer, services
 from infra import settings as config
 from infra.settings import Settings
 from serving_layer import engine
@@ -69,7 +69,7 @@ def report(settings: Settings) -> str:
         f"\nspeed layer lag: {health.get('lag')} records",
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
         f"{'' if produced == landed + dead else ' (still landing)'}",
-        f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user} / {settings.airflow_password}",
+        f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user} / {credentials.airflow_password(settings)}",
         f"Dashboard: {settings.serve_url}  (HTTP API: {settings.serve_url}views, /health, POST /query; "
         f"OpenAPI at {settings.serve_url}openapi.json)",
         "Query more: .venv/bin/lambdalake query \"SELECT * FROM search_ctr_hourly ORDER BY window_start DESC LIMIT 10\"",

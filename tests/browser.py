@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from infra import airflow
+from infra import airflow, credentials
 from infra.settings import REPO, Settings
 
 #: Where the browser tests keep their screenshots.
@@ -51,7 +51,7 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
 
     browser.get(f"{settings.airflow_url}/dags/{dag}")  # Airflow sends the browser to its login page first
     find("//input[@name='username']").send_keys(settings.airflow_user)
-    find("//input[@name='password']").send_keys(settings.airflow_password)
+    find("//input[@name='password']").send_keys(credentials.airflow_password(settings))
     find("//button[@type='submit' and normalize-space()='Sign in']").click()
 
     find("//button[@data-testid='trigger-dag-button']").click()
