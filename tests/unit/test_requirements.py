@@ -1,0 +1,66 @@
+"""requirements.in names what the code imports: every third-party package imported is listed, and every
+package listed (above its constraints) is imported somewhere."""
+
+import ast
+import re
+import sys
+from functools import cache
+from importlib.metadata import packages_distributions, requires
+from pathlib import Path
+
+from infra.settings import REPO
+
+OWN = {"batch_layer", "bench", "dags", "infra", "serving_layer", "speed_layer", "tests", "views"}
+
+
+def _imported() -> set[str]:
+    """Top-level names of the modules every Python file of the repository imports."""
+    names = set()
+    for path in REPO.glob("*/**/*.py"):
+        if path.relative_to(REPO).parts[0] not in OWN:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names.add(node.module.split(".")[0])
+    return names - OWN - set(sys.stdlib_module_names) - {"__future__"}
+
+
+def _listed() -> dict[str, set[str]]:
+    """requirements.in's packages above its constraints: name -> the modules it provides (a package
+    that provides none, like apache-airflow, provides its own requirements' modules)."""
+    requirements = Path(REPO / "requirements.in").read_text().split("# constraints")[0]
+    names = [line.split("==")[0].split("[")[0].strip() for line in requirements.splitlines()
+             if line.strip() and not line.startswith("#")]
+    return {name: _modules(name) or set().union(*map(_modules, _requirements(name))) for name in names}
+
+
+def _key(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+@cache
+def _owners() -> dict[str, set[str]]:
+    """Installed distribution -> the top-level modules it provides."""
+    found: dict[str, set[str]] = {}
+    for module, distributions in packages_distributions().items():
+        for distribution in distributions:
+            found.setdefault(_key(distribution), set()).add(module)
+    return found
+
+
+def _modules(distribution: str) -> set[str]:
+    return _owners().get(_key(distribution), set())
+
+
+def _requirements(distribution: str) -> list[str]:
+    """The distributions ``distribution`` always needs (no extras, no markers)."""
+    return [re.match(r"[A-Za-z0-9_.-]+", line)[0] for line in requires(distribution) or () if ";" not in line]
+
+
+def test_every_imported_package_is_listed_and_every_listed_one_imported():
+    imported, listed = _imported(), _listed()
+    provided = set().union(*listed.values())
+    assert sorted(imported - provided) == []
+    assert sorted(name for name, modules in listed.items() if not modules & imported) == []
