@@ -87,8 +87,9 @@ def _numbers(numbers: list[int], most: int = 10) -> str:
     return f"line{'s' * (len(numbers) != 1)} {', '.join(map(str, numbers[:most]))}{more}"
 
 
-def parse_lines(lines: list[bytes], now: datetime) -> FileRecords:
-    """Records from JSONL lines: one event per line, sent as is (key: its user_id when it has one)."""
+def parse_lines(lines: list[bytes], now: datetime, key: str = "user_id", changelog: bool = False) -> FileRecords:
+    """Records from JSONL lines: one per line, sent as is (its Kafka key: its field ``key`` when it has
+    one). In a ``changelog``, a line ``{"<key>": K, "deleted": true}`` is sent as the tombstone of K."""
     records, blank, not_objects = [], [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -98,18 +99,18 @@ def parse_lines(lines: list[bytes], now: datetime) -> FileRecords:
             event = json.loads(line)
         except ValueError:
             event = None
-        if isinstance(event, dict):
-            user = event.get("user_id")
-        else:
-            user = None
+        if not isinstance(event, dict):
+            event = {}
             not_objects.append(number)
-        records.append(Record(now + timedelta(microseconds=number), str(user).encode() if user else None,
-                              line, "from_file"))
+        deleted = changelog and event.get("deleted") is True
+        records.append(Record(now + timedelta(microseconds=number), str(event[key]).encode() if event.get(key) else None,
+                              None if deleted else line, "deletion" if deleted else "from_file"))
     return FileRecords(records, blank, not_objects)
 
 
-def read_file(path: Path, now: datetime) -> FileRecords:
+def read_file(path: Path, now: datetime, key: str = "user_id", changelog: bool = False) -> FileRecords:
     """The records of the JSONL file ``path`` (see :func:`parse_lines`)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events")
-    return parse_lines(path.read_bytes().splitlines(), now)
+        raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events "
+                                f"(with --products, of product changes)")
+    return parse_lines(path.read_bytes().splitlines(), now, key, changelog)

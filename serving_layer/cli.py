@@ -51,14 +51,16 @@ def _parser() -> Parser:
     status = sub.add_parser("status", help="what runs where, and whether it is healthy")
     status.add_argument("--json", action="store_true")
     produce = sub.add_parser("produce", help="send events to Kafka, from a file or the generator")
-    produce.add_argument("--from-file", type=Path, metavar="F", help="a JSONL file, one event per line")
+    produce.add_argument("--from-file", type=Path, metavar="F",
+                         help="a JSONL file, one event per line (with --products: one product change per line)")
     produce.add_argument("--days", type=_positive(int), help="generate this many days of history up to now")
     produce.add_argument("--per-day", type=_positive(int), default=2000, help="history events per day")
     produce.add_argument("--rate", type=_positive(float), help="live events per second")
     produce.add_argument("--duration", type=_positive(float), default=30, help="live seconds (default 30)")
     produce.add_argument("--products", action="store_true",
-                         help="also send the products changelog (creations, price and category changes, "
-                              "deletions) over the same span to the products topic")
+                         help="send the products changelog to the products topic: from --from-file (a line "
+                              "{\"product_id\": P, \"deleted\": true} deletes P), or generated (creations, price "
+                              "and category changes, deletions) over the span of --days/--rate, beside those events")
     produce.add_argument("--seed", type=int, default=7)
     speed = sub.add_parser("speed", help="control the speed layer's process")
     speed.add_argument("action", choices=("start", "stop", "restart", "status", "compact"))
@@ -116,13 +118,18 @@ def _produce(settings, args) -> None:
     if not (args.from_file or args.days or args.rate):
         raise ValueError("produce needs --from-file F, --days D or --rate N")
     now = datetime.now(UTC)
-    if args.products:
+    if args.products and args.from_file:
+        read = producer.read_file(args.from_file, now, key="product_id", changelog=True)
+        sent = producer.send_products(settings, read.records)
+        print(f"products changelog: sent {sent} from {args.from_file} to {settings.products_topic}: "
+              f"{sum(r.value is None for r in read.records)} deletions" + (f"; {read.report()}" if read.report() else ""))
+    elif args.products:
         start = now - timedelta(days=args.days or 0)
         changes = generator.products(start, now + timedelta(seconds=args.duration if args.rate else 0), seed=args.seed)
         sent = producer.send_products(settings, changes)
         print(f"products changelog: sent {sent} to {settings.products_topic}: "
               f"{sum(c.value is None for c in changes)} deletions")
-    if args.from_file:
+    if args.from_file and not args.products:
         read = producer.read_file(args.from_file, now)
         sent = producer.send(settings, read.records)
         print(f"sent {sent} records from {args.from_file} to {settings.events_topic}"

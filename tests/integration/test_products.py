@@ -1,5 +1,5 @@
-"""The products changelog on real Spark: bad records get a reason, and the dimension's validity
-intervals follow updated_at, with deletions and ties."""
+"""The products changelog on real Spark: bad records get a reason, the dimension's validity intervals
+follow updated_at, with deletions and ties, and a changelog file lands as its lines say."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from infra.generator import Record
+from infra.producer import read_file
 from tests.integration.records import kafka_frame
 from views import products, timebase
 
@@ -83,3 +84,21 @@ def test_dimension_intervals_follow_updated_at_not_arrival(spark):
         ("p2", "hats", 0, 0, False),
         ("p2", "caps", 0, None, False),
     ]
+
+
+def test_a_changelog_file_lands_as_the_dimension_its_lines_describe(spark, tmp_path):
+    """``lambdalake produce --products --from-file``'s records, as the products query parses them."""
+    path = tmp_path / "changes.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in [
+        {"product_id": "p1", "category": "shoes", "price": 9.99, "updated_at": T0.isoformat()},
+        {"product_id": "p1", "deleted": True},
+        {"deleted": True},
+        {"product_id": "p2", "category": "hats"},
+    ]))
+    read = read_file(path, T0 + timedelta(minutes=5), key="product_id", changelog=True)
+    parsed = products.parse(kafka_frame(spark, read.records, topic="products", partitions=1))
+    assert [r.reason for r in parsed.orderBy("offset").collect()] == [
+        None, None, "tombstone without a key: no product to delete", "missing field price"]
+    rows = products.dimension(products.changes(parsed)).orderBy("valid_from").collect()
+    assert [(r.product_id, r.category, r.deleted, r.valid_to is None) for r in rows] == [
+        ("p1", "shoes", False, False), ("p1", None, True, True)]

@@ -36,3 +36,14 @@ def test_read_file(tmp_path):
     assert [r.key for r in read.records] == [b"7"] and read.blank == [2]
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_file(tmp_path / "missing.jsonl", NOW)
+
+
+def test_a_changelog_file_is_keyed_by_product_and_its_deletions_are_tombstones(tmp_path):
+    path = tmp_path / "changes.jsonl"
+    change = b'{"product_id": "p1", "category": "shoes", "price": 9.99, "updated_at": "2026-01-01T00:00:00Z"}'
+    path.write_bytes(b"\n".join([change, b'{"product_id": "p1", "deleted": true}', b"", b'{"deleted": true}', b"[]"]))
+    read = read_file(path, NOW, key="product_id", changelog=True)
+    assert [(r.key, r.value, r.kind) for r in read.records] == [
+        (b"p1", change, "from_file"), (b"p1", None, "deletion"), (None, None, "deletion"), (None, b"[]", "from_file")]
+    assert (read.blank, read.not_objects) == ([3], [5])
+    assert read_file(path, NOW).records[1].value == b'{"product_id": "p1", "deleted": true}'  # events: as is
