@@ -3,7 +3,9 @@ run by its checkpoint on Spark over the rows a batch recompute is about to commi
 
 The GX project lives in the deployment home (``<home>/gx``, a file data context): a Spark data source
 whose DataFrame assets are the batch layer's rows in flight, the suites, one checkpoint per suite and
-the Data Docs that each checkpoint run rebuilds (:func:`data_docs`). The suites are built here, from
+the Data Docs, updated with each result, or once for every check of a block (:func:`docs_once`: a
+recompute's seven checks update them once, since rendering the site's index is a good part of a
+small check's time). The suites are built here, from
 the declarations, on every run: a view's declared expectations (critical) plus reconciliation: for a
 view whose windows are tumbling, each count of its events sums, over the days checked, to the valid
 unique events of its types in raw_events (critical). raw_events is checked for the days' events: keys
@@ -16,6 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
@@ -37,6 +42,8 @@ RESULTS = pa.schema([
     ("last_day", pa.date32()), ("expectation", pa.string()), ("severity", pa.string()), ("success", pa.bool_()),
     ("observed", pa.string()),
 ])
+#: The results of the checks in a :func:`docs_once` block, whose Data Docs are not updated yet.
+_pending_docs: ContextVar[list | None] = ContextVar("lambdalake_pending_data_docs", default=None)
 #: The share of a day's raw_events records that may be resent copies before a warning.
 MOST_RESENT = 0.2
 
@@ -114,10 +121,22 @@ def raw_events_expectations() -> list:
     ]
 
 
+@contextmanager
+def docs_once(settings: Settings) -> Iterator[None]:
+    """Checks run in the block update the Data Docs once, when it ends (however it ends)."""
+    results: list = []
+    token = _pending_docs.set(results)
+    try:
+        yield
+    finally:
+        _pending_docs.reset(token)
+        if results:
+            _context(settings).build_data_docs(resource_identifiers=results)
+
+
 def _checkpoint(context, name: str, expectations: list):
-    """The checkpoint of suite ``name`` (made or updated from ``expectations``), rebuilding Data Docs."""
+    """The checkpoint of suite ``name`` (made or updated from ``expectations``)."""
     import great_expectations as gx
-    from great_expectations.checkpoint import UpdateDataDocsAction
 
     suite = context.suites.add_or_update(gx.ExpectationSuite(name=name, expectations=expectations))
     source = context.data_sources.add_or_update_spark(name="lambdalake")
@@ -125,15 +144,20 @@ def _checkpoint(context, name: str, expectations: list):
     batch = asset.add_batch_definition_whole_dataframe(name)
     validation = context.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     return context.checkpoints.add_or_update(gx.Checkpoint(
-        name=name, validation_definitions=[validation], actions=[UpdateDataDocsAction(name="data_docs")]))
+        name=name, validation_definitions=[validation], actions=[]))
 
 
 def check(settings: Settings, name: str, expectations: list, rows: DataFrame, start: datetime,
           end: datetime) -> Check:
     """Run suite ``name`` on ``rows`` (of the days in ``[start, end)``); record every result in
     quality_results; raise :class:`QualityFailed` if a critical expectation failed."""
-    result = _checkpoint(_context(settings), name, expectations).run(
-        batch_parameters={"dataframe": rows})
+    context = _context(settings)
+    result = _checkpoint(context, name, expectations).run(batch_parameters={"dataframe": rows})
+    pending = _pending_docs.get()
+    if pending is None:
+        context.build_data_docs(resource_identifiers=list(result.run_results))
+    else:
+        pending.extend(result.run_results)
     [validation] = result.run_results.values()
     days = (start.date(), (end - timebase.DAY).date())
     done = Check(name, days, [(r.expectation_config.description or r.expectation_config.type,

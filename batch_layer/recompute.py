@@ -126,13 +126,14 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 
 def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     """Check raw_events for ``[start, end)`` (whole UTC days), then recompute every view for those
-    days; the summary per view."""
+    days (the Data Docs updated once for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
-    quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), start, end)
     views = all_views(settings.view_modules)
-    events = read_events(spark, settings, views.values(), start, end).persist()
-    try:
-        return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}
-    finally:
-        events.unpersist()
+    with quality.docs_once(settings):
+        quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), start, end)
+        events = read_events(spark, settings, views.values(), start, end).persist()
+        try:
+            return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}
+        finally:
+            events.unpersist()

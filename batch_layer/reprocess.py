@@ -116,16 +116,18 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
     for target in targets.values():
         shutil.rmtree(target, ignore_errors=True)  # a failed attempt's
     try:
-        quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), plan.start, plan.end)
-        built = {}
-        events = read_events(spark, settings, views, plan.start, plan.end).persist()
-        try:
-            for view in views:
-                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name])
-                if plan.copy_others:
-                    _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
-        finally:
-            events.unpersist()
+        with quality.docs_once(settings):
+            quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), plan.start, plan.end)
+            built = {}
+            events = read_events(spark, settings, views, plan.start, plan.end).persist()
+            try:
+                for view in views:
+                    built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end,
+                                                  targets[view.name])
+                    if plan.copy_others:
+                        _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
+            finally:
+                events.unpersist()
         return built
     except BaseException:
         discard(settings, plan)
