@@ -5,10 +5,10 @@ The GX project lives in the deployment home (``<home>/gx``, a file data context)
 whose DataFrame assets are the batch layer's rows in flight, the suites, one checkpoint per suite and
 the Data Docs, updated with each result, or once for every check of a block (:func:`docs_once`: a
 recompute's seven checks update them once, since rendering the site's index is a good part of a
-small check's time). The suites are built here, from
-the declarations, on every run: a view's declared expectations (critical) plus reconciliation: for a
-view whose windows are tumbling, each count of its events sums, over the days checked, to the valid
-unique events of its types in raw_events (critical). raw_events is checked for the days' events: keys
+small check's time). The suites are built here, from the declarations, on every run: a view's
+declared expectations (critical) plus reconciliation: for a view whose windows are tumbling, each
+count of its events sums, over the days checked, to the valid unique events of its types in
+raw_events (critical). raw_events is checked for the days' events: keys
 present, known types, each in its own day's partition (critical); resent copies a minority and the
 days not empty (warnings). A critical failure raises :class:`QualityFailed` before anything is written;
 warnings are kept and do not block. Every expectation's result is appended to ``quality_results``.
@@ -176,12 +176,12 @@ def check(settings: Settings, name: str, expectations: list, rows: DataFrame, st
 
 def check_view(settings: Settings, view: View, rows: DataFrame, events: DataFrame, start: datetime,
                end: datetime) -> Check:
-    """Check ``view``'s rows for ``[start, end)`` against its suite; ``events``: raw_events around them."""
+    """Check ``view``'s rows for ``[start, end)`` against its suite; ``events``: the first copies of the
+    raw_events records around them (views.compile.first_copies)."""
     unique = None
     if reconciled(view):
-        [(unique,)] = (events.where(F.col("event_type").isin(*view.event_types)
-                                    & (F.col("event_time") >= start) & (F.col("event_time") < end))
-                       .select(F.count_distinct("event_id")).collect())
+        unique = events.where(F.col("event_type").isin(*view.event_types)
+                              & (F.col("event_time") >= start) & (F.col("event_time") < end)).count()
     return check(settings, f"view.{view.name}", view_expectations(view, unique), rows, start, end)
 
 

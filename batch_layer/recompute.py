@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from datetime import date, datetime, timedelta
-from typing import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import deltalake
 import pyarrow as pa
@@ -45,10 +46,10 @@ def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def read_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
-                end: datetime) -> DataFrame:
-    """Each event_id's first received copy among the raw_events ``views`` read to compute the days of
-    ``[start, end)``: to be taken once for all of them (every copy of an event is on its day).
+def read_records(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
+                 end: datetime) -> DataFrame:
+    """The raw_events records ``views`` read to compute the days of ``[start, end)``, with the columns
+    they use (each event_id's first copy is taken from them: every copy of an event is on its day).
 
     A view reads as far before and after those days as its windows reach (a session that began the
     day before, a 10-minute window starting at 23:59, a click after midnight).
@@ -56,8 +57,28 @@ def read_events(spark: SparkSession, settings: Settings, views: Iterable[View], 
     start, end = timebase.utc(start), timebase.utc(end)
     timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = _days_read(views, start, end)
-    events = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
-    return compile.first_copies(events.select(*EVENT_COLUMNS, "event_date", *compile.RECEIPT_ORDER))
+    records = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
+    return records.select(*EVENT_COLUMNS, "event_date", *compile.RECEIPT_ORDER)
+
+
+@contextmanager
+def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
+                   end: datetime) -> Iterator[DataFrame]:
+    """Check raw_events for ``[start, end)``, then give each event_id's first copy among the records
+    ``views`` read (:func:`read_records`), cached while the block runs; its checks update the Data
+    Docs once. The records are read once, for both."""
+    with quality.docs_once(settings):
+        records = read_records(spark, settings, views, start, end).persist()
+        try:
+            quality.check_raw_events(settings, records, start, end)
+            events = compile.first_copies(records).persist()
+            events.count()  # cached before the records are dropped
+        finally:
+            records.unpersist()
+        try:
+            yield events
+        finally:
+            events.unpersist()
 
 
 def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[date, date]:
@@ -68,8 +89,9 @@ def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[d
 
 def write_days(spark: SparkSession, settings: Settings, view: View, events: DataFrame, start: datetime,
                end: datetime, path: str) -> dict[date, int]:
-    """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (at least the
-    :func:`read_events` it reads) and replace those days in the table at ``path``; the rows per day.
+    """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (the first copies
+    of at least the records it reads, :func:`read_records`) and replace those days in the table at
+    ``path``; the rows per day.
 
     The rows pass the view's Great Expectations suite (batch_layer.quality) before they are written,
     and are compared with the speed layer's rows of those days (batch_layer.corrections).
@@ -114,7 +136,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     days = timebase.days_between(start, end)
     path = versions.current(settings, view.name)
     if events is None:
-        events = read_events(spark, settings, [view], start, end)
+        events = compile.first_copies(read_records(spark, settings, [view], start, end))
     per_day = write_days(spark, settings, view, events, start, end, path)
     versions.require_serving(settings, view.name, path)
     record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
@@ -130,10 +152,5 @@ def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
     views = all_views(settings.view_modules)
-    with quality.docs_once(settings):
-        quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), start, end)
-        events = read_events(spark, settings, views.values(), start, end).persist()
-        try:
-            return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}
-        finally:
-            events.unpersist()
+    with checked_events(spark, settings, views.values(), start, end) as events:
+        return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}

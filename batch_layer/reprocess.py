@@ -23,8 +23,8 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch_layer import quality, versions
-from batch_layer.recompute import final_days, read_events, read_table, record_final, write_days
+from batch_layer import versions
+from batch_layer.recompute import checked_events, final_days, record_final, write_days
 from infra import spark as sparks
 from infra.settings import Settings
 from views import all_views, timebase
@@ -116,18 +116,12 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
     for target in targets.values():
         shutil.rmtree(target, ignore_errors=True)  # a failed attempt's
     try:
-        with quality.docs_once(settings):
-            quality.check_raw_events(settings, read_table(spark, settings, "raw_events"), plan.start, plan.end)
-            built = {}
-            events = read_events(spark, settings, views, plan.start, plan.end).persist()
-            try:
-                for view in views:
-                    built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end,
-                                                  targets[view.name])
-                    if plan.copy_others:
-                        _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
-            finally:
-                events.unpersist()
+        built = {}
+        with checked_events(spark, settings, views, plan.start, plan.end) as events:
+            for view in views:
+                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name])
+                if plan.copy_others:
+                    _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
         return built
     except BaseException:
         discard(settings, plan)

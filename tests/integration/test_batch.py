@@ -124,11 +124,12 @@ def test_raw_events_warnings_do_not_block(spark, tables, landed):
 
 def test_checks_in_a_block_update_the_data_docs_once_when_it_ends_even_by_a_failure(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
-    events = compile.first_copies(spark.read.format("delta").load(tables.table("raw_events")))
+    records = spark.read.format("delta").load(tables.table("raw_events"))
+    events = compile.first_copies(records)
     rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
     strict = dataclasses.replace(VIEW, expectations=("views > 1000",))
     with pytest.raises(QualityFailed), quality.docs_once(tables):
-        quality.check_raw_events(tables, events, start, end)
+        quality.check_raw_events(tables, records, start, end)
         assert not tables.data_docs.exists()  # not after each check
         quality.check_view(tables, strict, rows, events, start, end)
     docs = tables.data_docs.read_text()
