@@ -295,20 +295,22 @@ class AirflowClient:
         Returns ``{run_id: state}``; raises :class:`AirflowError` naming the failed task and its log.
         """
         wanted = None if isinstance(runs, int) else set(runs)
-        deadline = time.monotonic() + timeout
-        while True:
-            states = {r["dag_run_id"]: r["state"] for r in self.dag_runs(dag_id)
-                      if wanted is None or r["dag_run_id"] in wanted}
-            failed = [run_id for run_id, state in states.items() if state == "failed"]
+
+        def states() -> dict[str, str]:
+            return {r["dag_run_id"]: r["state"] for r in self.dag_runs(dag_id)
+                    if wanted is None or r["dag_run_id"] in wanted}
+
+        def finished() -> dict[str, str] | None:
+            now = states()
+            failed = [run_id for run_id, state in now.items() if state == "failed"]
             if failed:
                 raise AirflowError(self._failure(dag_id, failed[0]))
-            enough = len(states) >= runs if wanted is None else set(states) == wanted
-            if enough and all(state == "success" for state in states.values()):
-                return states
-            if time.monotonic() > deadline:
-                raise AirflowError(f"{dag_id}: runs not finished after {timeout:.0f}s: {states or 'no runs'} "
-                                   f"(is the DAG unpaused and the scheduler healthy? see {self.url})")
-            time.sleep(2)
+            enough = len(now) >= runs if wanted is None else set(now) == wanted
+            return now if enough and all(state == "success" for state in now.values()) else None
+
+        return processes.poll(finished, timeout, 2, lambda: AirflowError(
+            f"{dag_id}: runs not finished after {timeout:.0f}s: {states() or 'no runs'} "
+            f"(is the DAG unpaused and the scheduler healthy? see {self.url})"))
 
     def _failure(self, dag_id: str, run_id: str) -> str:
         """Which task of a failed run failed, with its exception (or its log's last lines) and log file."""
@@ -329,8 +331,7 @@ class AirflowClient:
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> dict:
         """Wait until the dag-processor has parsed ``dag_id`` without import errors; return the DAG."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def parsed() -> dict | None:
             try:
                 dag = self.request("GET", f"/dags/{dag_id}")
             except AirflowError as error:
@@ -342,15 +343,16 @@ class AirflowClient:
             if errors:
                 raise AirflowError(f"DAG {dag_id} has import errors in {errors[0]['filename']}:\n"
                                    f"{errors[0]['stack_trace']}")
-            if dag is not None and not dag["has_import_errors"]:
-                return dag
-            if time.monotonic() > deadline:
-                others = "; ".join(f"{e['filename']}: {e['stack_trace'].strip().splitlines()[-1]}"
-                                   for e in self.import_errors())
-                raise AirflowError(f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
-                                   f" (import errors: {others or 'none'}; see "
-                                   f"{processes.log_file(self.settings, DAG_PROCESSOR)})")
-            time.sleep(1)
+            return dag if dag is not None and not dag["has_import_errors"] else None
+
+        def not_parsed() -> AirflowError:
+            others = "; ".join(f"{e['filename']}: {e['stack_trace'].strip().splitlines()[-1]}"
+                               for e in self.import_errors())
+            return AirflowError(f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
+                                f" (import errors: {others or 'none'}; see "
+                                f"{processes.log_file(self.settings, DAG_PROCESSOR)})")
+
+        return processes.poll(parsed, timeout, 1, not_parsed)
 
 
 def _errors(log: Path) -> str | None:

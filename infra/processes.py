@@ -6,14 +6,17 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import psutil
+import tenacity
 
 from infra.settings import Settings
+
+
+T = TypeVar("T")
 
 
 class ServiceError(RuntimeError):
@@ -90,17 +93,29 @@ def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None =
     return proc.pid
 
 
+def poll(attempt: Callable[[], T | None], timeout: float, every: float, timed_out: Callable[[], Exception]) -> T:
+    """What ``attempt`` returns once it returns something other than None, tried every ``every``
+    seconds; ``timed_out()`` is raised after ``timeout`` seconds, and an exception of ``attempt``'s
+    own ends the wait at once."""
+    def give_up(_state: tenacity.RetryCallState):
+        raise timed_out()
+
+    return tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(every),
+                             retry=tenacity.retry_if_result(lambda result: result is None),
+                             retry_error_callback=give_up)(attempt)
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
                alive: Callable[[], bool] = lambda: True) -> None:
     """Poll ``check`` until it is true; fail with the log's tail if ``alive`` goes false or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def healthy() -> bool | None:
         if check():
-            return
+            return True
         if not alive():
             raise ServiceError(f"{what} exited during start-up{log_tail(log)}")
-        time.sleep(0.5)
-    raise ServiceError(f"{what} not healthy after {timeout:.0f}s{log_tail(log)}")
+        return None
+
+    poll(healthy, timeout, 0.5, lambda: ServiceError(f"{what} not healthy after {timeout:.0f}s{log_tail(log)}"))
 
 
 def log_tail(log: Path | None, lines: int = 15) -> str:

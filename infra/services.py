@@ -56,14 +56,14 @@ def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bo
 def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
     """Wait until the speed layer has processed everything Kafka holds now; the record count."""
     target = kafka.end_offsets(settings, settings.events_topic)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def landed() -> int | None:
         done = (speed_health(settings) or {}).get("processed_offsets") or {}
-        if all(int(done.get(str(p), 0)) >= end for p, end in target.items()):
-            return sum(target.values())
-        time.sleep(2)
-    raise TimeoutError(f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
-                       f"see `lambdalake status`")
+        return sum(target.values()) if all(int(done.get(str(p), 0)) >= end for p, end in target.items()) else None
+
+    return processes.poll(landed, timeout, 2, lambda: TimeoutError(
+        f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
+        f"see `lambdalake status`"))
 
 
 def stop_speed(settings: Settings, hold: bool = False) -> bool:
