@@ -1,6 +1,7 @@
 """The DAG files parse, the nightly batch run recomputes the day that just ended, and the reprocess DAG's
 form refuses what is wrong."""
 
+import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -57,7 +58,8 @@ def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
              "    runpy.run_path(str(path))\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'delta', 'great_expectations'}))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                                 "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]})  # the unit tests' throwaway home
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
