@@ -35,6 +35,9 @@ def session(settings: Settings, app_name: str, master: str = "local[2]"):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", str(tmp))
         .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
+        # room for every micro-batch's generated classes: with the default 100 the speed layer
+        # compiled the same code again each micro-batch
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")

@@ -15,15 +15,15 @@ from speed_layer import health, queries, resume
 
 def main() -> int:
     settings = config.load()
-    spark = sparks.session(settings, "lambdalake-speed")
-    queries.ensure_tables(spark, settings)
-    try:
+    try:  # before Spark starts: a lost checkpoint is told at once
         start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
     except resume.CheckpointLost as lost:
         print(f"speed layer: {lost}", file=sys.stderr)
         health.write(settings, health.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                              str(lost)))
         return 2
+    spark = sparks.session(settings, "lambdalake-speed")
+    queries.ensure_tables(spark, settings)
     landing, fold = queries.start_events(spark, settings, start)
     others = [queries.start_products(spark, settings)]
     stopping = []

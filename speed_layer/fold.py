@@ -110,8 +110,8 @@ class Fold:
         fresh = valid if mark is None else valid.where(F.col("event_time") >= F.lit(mark))
         firsts = compile.first_copies(fresh).select(*events.EVENT_COLUMNS)
         recent = self.state.recent(mark)
-        if recent is not None:
-            seen = recent.join(F.broadcast(firsts.select("event_id")), "event_id", "left_semi").select("event_id")
+        if recent is not None:  # an inner join: a semi join would be pushed into every piece, each its own job
+            seen = recent.select("event_id").join(F.broadcast(firsts.select("event_id")), "event_id")
             firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
         return state.checkpoint(firsts)
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from infra import airflow, credentials
+from infra import airflow, credentials, processes
 from infra.settings import REPO, Settings
 
 #: Where the browser tests keep their screenshots.
@@ -40,7 +40,7 @@ def screenshot(browser, name: str) -> None:
 def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeout: float = 900) -> dict[str, str]:
     """Log in on Airflow's login page, start a backfill of ``dag`` over ``days`` (consecutive, oldest
     first) from its "Trigger → Backfill" dialog, and wait until the runs succeed: one backfill run per
-    day, listed as such in the DAG's Runs tab. Returns ``{run_id: state}``."""
+    day, listed as such in the DAG's Runs tab. Returns ``{run_id: state}`` of the backfill runs."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -67,16 +67,21 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     find("//button[normalize-space()='Run Backfill']").click()
 
     client = airflow.AirflowClient(settings)
-    states = client.wait_for_runs(dag, len(days), timeout=timeout)
-    runs = [r for r in client.dag_runs(dag) if r["dag_run_id"] in states]
-    assert {r["run_type"] for r in runs} == {"backfill"}
-    assert sorted(datetime.fromisoformat(r["logical_date"]) for r in runs) == days
+    def created() -> list[dict] | None:
+        runs = [r for r in client.dag_runs(dag) if r["run_type"] == "backfill"]
+        return runs if len(runs) >= len(days) else None
+
+    runs = processes.poll(created, 60, 1, lambda: AssertionError(f"the backfill did not create {len(days)} runs"))
+    logical = sorted(datetime.fromisoformat(r["logical_date"]) for r in runs)
+    assert logical == days, (logical, days)
+    states = client.wait_for_runs(dag, [r["dag_run_id"] for r in runs], timeout=timeout)
 
     browser.get(f"{settings.airflow_url}/dags/{dag}/runs")  # the UI lists them: backfill runs, succeeded
     cells = lambda column: [c.text for c in browser.find_elements(  # noqa: E731
         By.XPATH, f"//table[@data-testid='table-list']//td[@data-testid='table-cell-{column}']")]
+    listed = lambda: sorted((run_id, state) for run_id, state, kind  # noqa: E731
+                            in zip(cells("dag_run_id"), cells("state"), cells("run_type")) if kind == "Backfill")
     WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
-        lambda _: cells("state") == ["Success"] * len(days) and cells("run_type") == ["Backfill"] * len(days))
-    assert sorted(cells("dag_run_id")) == sorted(states)
+        lambda _: listed() == sorted((run_id, "Success") for run_id in states))
     screenshot(browser, "airflow-backfill-done.png")
     return states

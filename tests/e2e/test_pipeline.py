@@ -1,8 +1,8 @@
 """End to end on the real parts: Kafka (events and the products changelog) -> speed layer ->
 raw_events/dead_letters, the products dimension and the speed views; the past days are backfilled from
 Airflow's own UI in headless Chromium (the "Trigger -> Backfill" dialog of batch_recompute) and run by
-its scheduler; every view's merged rows equal the oracle, including the view declared only in the test
-suite."""
+its scheduler, which also catches up the nightly run due since the DAG's start date (yesterday); every
+view's merged rows equal the oracle, including the view declared only in the test suite."""
 
 from __future__ import annotations
 
@@ -77,8 +77,9 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         processes.wait_until(lambda: _count(settings, "product_changes") == len(changes), 120, "products landing")
 
         past = [today - timedelta(days=d) for d in range(HISTORY_DAYS, 0, -1)]
-        with browser.chromium() as chromium:
-            browser.backfill(chromium, settings, "batch_recompute", past)
+        with browser.chromium() as chromium:  # the dialog unpauses the DAG: its scheduler catches up yesterday
+            browser.backfill(chromium, settings, "batch_recompute", past[:-1])
+        _assert_caught_up(airflow_service.client, past[-1])
         assert all(days["final"] == {day.date() for day in past} for days in engine.finality(settings).values())
 
         category = oracle.category_as_of(changes)
@@ -110,6 +111,15 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         "(SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL)"))
     assert produced == len(records) == landed + dead
     assert dead == kinds["malformed"] and reasonless == 0
+
+
+def _assert_caught_up(client, day: datetime) -> None:
+    """The scheduler ran batch_recompute for ``day``, the one day since its start date, on its own."""
+    scheduled = processes.poll(
+        lambda: [r for r in client.dag_runs("batch_recompute") if r["run_type"] == "scheduled"] or None, 120, 2,
+        lambda: AssertionError("the scheduler did not catch up batch_recompute's first day"))
+    assert [datetime.fromisoformat(r["logical_date"]) for r in scheduled] == [day]
+    client.wait_for_runs("batch_recompute", [r["dag_run_id"] for r in scheduled], timeout=600)
 
 
 def _late_events_reach_the_merged_view(airflow_service, records: list, category, today: datetime) -> list:
