@@ -8,10 +8,10 @@ import deltalake
 import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import types as T
 
 
-def ensure(spark: SparkSession, path: str, schema: StructType | pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
+def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
     """Create an empty Delta table at ``path`` if there is none (with delta-rs for an Arrow schema)."""
     if isinstance(schema, pa.Schema):
         deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None)
@@ -59,11 +59,23 @@ class BatchAppends:
         mark = json.dumps({"app": self.app_id, "batch": batch_id})
         if isinstance(rows, pa.Table):
             deltalake.write_deltalake(path, rows, mode="append", partition_by=list(partition_by) or None,
+                                      schema_mode="merge",
                                       commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": mark}))
         else:
             (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
              .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
         self.last[path] = batch_id
+
+
+def to_arrow(rows: DataFrame) -> pa.Table:
+    """``rows`` collected as Arrow, every field nullable: Spark marks a struct's fields non-null even
+    where the struct itself is null (a view's column in another view's row of the partials)."""
+    def relaxed(kind: T.DataType) -> T.DataType:
+        if isinstance(kind, T.StructType):
+            return T.StructType([T.StructField(f.name, relaxed(f.dataType), True, f.metadata) for f in kind])
+        return kind
+
+    return rows.to(relaxed(rows.schema)).toArrow()
 
 
 def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:

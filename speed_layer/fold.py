@@ -11,7 +11,9 @@ with each micro-batch ``n``:
    retracted and added again, so open sessions show and grow);
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
    (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any) and the
-   partials of every view in one commit to speed_partials, side by side; then raw_events, last.
+   partials of every view in one commit to speed_partials, side by side; then raw_events, last. A
+   small micro-batch's rows are collected and committed by delta-rs, which commits in milliseconds
+   where Spark's Delta writer takes a few tenths of a second per commit.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +33,8 @@ from speed_layer import late_events, state
 from views import compile, events
 from views.model import FollowedBy, Session, View
 
-#: Dead letters of a micro-batch up to this many bytes are written from the driver (no Spark write job).
+#: A micro-batch of up to this many bytes (its dead letters alone, likewise) is collected and written
+#: from the driver by delta-rs, not by Spark's Delta writer (by default; ``Fold(driver_bytes=...)``).
 DRIVER_BYTES = 16 * 2**20
 
 
@@ -39,8 +42,8 @@ class Fold:
     """The speed layer's work on one micro-batch, and the state it keeps between them."""
 
     def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str,
-                 profile: bool = False) -> None:
-        self.settings, self.views, self.profile = settings, views, profile
+                 profile: bool = False, driver_bytes: int = DRIVER_BYTES) -> None:
+        self.settings, self.views, self.profile, self.driver_bytes = settings, views, profile, driver_bytes
         self.appends = tables.BatchAppends(app_id)
         raw_events = spark.read.format("delta").load(settings.table("raw_events"))
         self.state = state.restore(spark, raw_events, views, state.duration(settings.watermark))
@@ -52,27 +55,25 @@ class Fold:
         steps, mark = {}, self.state.watermark
         finals = late_events.final_through(self.settings, self.views) if self.views else {}
         with _timed(steps, "parse"):
-            parsed = events.parse(records, self.settings.max_payload_bytes,
-                                  self.settings.future_horizon_seconds).persist()
+            parsed = late_events.flag_behind(events.parse(records, self.settings.max_payload_bytes,
+                                                          self.settings.future_horizon_seconds), mark).persist()
             valid = events.landed(parsed)
-            counted = late_events.tally(parsed, mark)
+            counted = late_events.tally(parsed)
         grown: dict[str, DataFrame] = {}
         partials = None
         if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
             with _timed(steps, "dedupe"):
-                new = self._new(valid, mark)
-            partials = self._partials(records.sparkSession, new, mark, grown, steps)
+                new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND))))
+            partials = self._partials(records.sparkSession, new, grown, steps)
             self.state.remember(new)  # after the views' plans took the state before this batch
         late = late_events.count(counted, self.views, finals, batch_id)
-        dead = events.dead_letters(parsed)
-        if counted.dead and counted.dead_bytes <= DRIVER_BYTES:  # a few: written from the driver by delta-rs
-            dead = dead.toArrow()
-        side = [(dead, "dead_letters", ("dead_letter_date",)) if counted.dead else None,
-                (late, "late_events", ()) if late.num_rows else None,
-                (partials, compile.PARTIALS, compile.PARTITIONS) if partials is not None else None]
+        small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
+        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",), few_dead) if counted.dead else None,
+                (late, "late_events", (), True) if late.num_rows else None,
+                (partials, compile.PARTIALS, compile.PARTITIONS, small) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
-        self._commit(steps, batch_id, valid, "raw_events", ("event_date",))
+        self._commit(steps, batch_id, valid, "raw_events", ("event_date",), small)
         self.state.advance(counted.newest)
         for view in self.views:
             if view.name in grown:
@@ -83,13 +84,17 @@ class Fold:
                             ("late_events", counted.behind)):
             self.totals[name] += count
 
-    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame, table: str,
-                partition_by: tuple[str, ...]) -> None:
+    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: str,
+                partition_by: tuple[str, ...], from_driver: bool) -> None:
+        """Append ``rows`` to ``table``; ``from_driver``: collected first and written by delta-rs (for
+        a small micro-batch, a Delta commit without Spark's per-commit cost)."""
         step = f"commit {table}" if table != compile.PARTIALS else "views + commit speed_partials"
         with _timed(steps, step):
+            if from_driver and isinstance(rows, DataFrame):
+                rows = tables.to_arrow(rows)
             self.appends.append(rows, self.settings.table(table), batch_id, partition_by)
 
-    def _partials(self, spark: SparkSession, new: DataFrame, mark: datetime | None, grown: dict[str, DataFrame],
+    def _partials(self, spark: SparkSession, new: DataFrame, grown: dict[str, DataFrame],
                   steps: dict[str, float]) -> DataFrame:
         """Every view's partials of the new events as rows of the partials table (computed as the
         table is written; with ``profile``, each view computed apart first, to time it)."""
@@ -97,7 +102,7 @@ class Fold:
                       for view in self.views for name in compile.dimension_tables(view)}
         partials = []
         for view in self.views:
-            rows = compile.enrich(view, self._rows(view, new, mark, grown), dimensions, as_of=False)
+            rows = compile.enrich(view, self._rows(view, new, grown), dimensions, as_of=False)
             packed = compile.packed(view, compile.aggregate(view, rows, exact=False))
             if self.profile:
                 with _timed(steps, f"view {view.name}"):
@@ -105,32 +110,30 @@ class Fold:
             partials.append(packed)
         return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials)
 
-    def _new(self, valid: DataFrame, mark: datetime | None) -> DataFrame:
-        """The first copy of each event of ``valid`` that is neither late nor seen before."""
-        fresh = valid if mark is None else valid.where(F.col("event_time") >= F.lit(mark))
+    def _new(self, fresh: DataFrame) -> DataFrame:
+        """The first copy of each event of ``fresh`` (valid, not late) that was not seen before."""
         firsts = compile.first_copies(fresh).select(*events.EVENT_COLUMNS)
-        recent = self.state.recent(mark)
+        recent = self.state.recent()  # a resent copy has its event's time: only ids need comparing
         if recent is not None:  # an inner join: a semi join would be pushed into every piece, each its own job
             seen = recent.select("event_id").join(F.broadcast(firsts.select("event_id")), "event_id")
             firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
         return state.checkpoint(firsts)
 
-    def _rows(self, view: View, new: DataFrame, mark: datetime | None, grown: dict[str, DataFrame]) -> DataFrame:
+    def _rows(self, view: View, new: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
         """The prepared rows the new events add to ``view`` (and take back from it)."""
         rows = compile.own(compile.inputs(view, new))
         for join in view.joins:
             if isinstance(join, FollowedBy):
-                rows = rows.unionByName(self._flagged(view, join, rows, new, mark))
+                rows = rows.unionByName(self._flagged(view, join, rows, new))
         if isinstance(view.window, Session):
             rows = self._sessions(view, rows, grown)
         return rows
 
-    def _flagged(self, view: View, join: FollowedBy, rows: DataFrame, new: DataFrame,
-                 mark: datetime | None) -> DataFrame:
+    def _flagged(self, view: View, join: FollowedBy, rows: DataFrame, new: DataFrame) -> DataFrame:
         """Flagged copies of the rows that a follower now follows for the first time: new rows that an
         earlier or new follower follows, and earlier rows that only a new follower follows."""
         followers = compile.followers(join, new)
-        earlier = self.state.recent(None if mark is None else mark - join.within)
+        earlier = self.state.recent()  # the join's time bounds pick the rows and followers that can meet
         if earlier is None:
             return compile.flagged(view, join, rows, followers)
         known = compile.followers(join, earlier)

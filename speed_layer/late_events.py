@@ -47,20 +47,28 @@ def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     return {v.name: newest[v.name] + math.ceil(v.reach / DAY) * DAY for v in views if v.name in newest}
 
 
-def behind(watermark: datetime | None) -> Column:
-    """Whether an event is behind ``watermark``."""
-    return F.coalesce(F.col("event_time") < F.lit(watermark), F.lit(False))
+#: The column of a parsed micro-batch that says whether its event is behind the watermark.
+BEHIND = "_behind"
+
+
+def flag_behind(parsed: DataFrame, watermark: datetime | None) -> DataFrame:
+    """``parsed`` with :data:`BEHIND`: whether each event is behind ``watermark``. (Computed once with
+    the parse: every later step filters on the column, so its generated code stays the same from one
+    micro-batch to the next, where a time literal would have Spark compile it again.)"""
+    return parsed.withColumn(BEHIND, F.coalesce(F.col("event_time") < F.lit(watermark), F.lit(False)))
 
 
 @dataclass(frozen=True)
 class Tally:
     """A micro-batch's records counted in one Spark job: the valid ones per (event type, day, behind
-    the watermark), the dead ones and their bytes, and the newest valid event time."""
+    the watermark), the dead ones and their bytes, the newest valid event time and all the bytes."""
 
     groups: tuple[tuple[str, date, bool, int], ...]
     dead: int
     dead_bytes: int
     newest: datetime | None
+    #: Bytes of every record of the micro-batch, valid or not.
+    bytes: int
 
     @property
     def total(self) -> int:
@@ -71,18 +79,18 @@ class Tally:
         return sum(events for _, _, behind_mark, events in self.groups if behind_mark)
 
 
-def tally(parsed: DataFrame, watermark: datetime | None) -> Tally:
-    """Count ``parsed`` (speed_layer's parse of a micro-batch) as :class:`Tally` says."""
+def tally(parsed: DataFrame) -> Tally:
+    """Count ``parsed`` (speed_layer's parse of a micro-batch, :func:`flag_behind`) as :class:`Tally` says."""
     fine = F.col("reason").isNull()
     rows = parsed.groupBy(fine.alias("fine"), F.when(fine, F.col("event_type")).alias("type"),
                           F.when(fine, F.col("event_date")).alias("day"),
-                          F.when(fine, behind(watermark)).alias("behind")).agg(
+                          F.when(fine, F.col(BEHIND)).alias("behind")).agg(
         F.count(F.lit(1)).alias("events"), F.sum(F.length("raw")).alias("bytes"),
         F.max("event_time").alias("newest")).collect()
     valid, dead = [row for row in rows if row.fine], [row for row in rows if not row.fine]
     return Tally(tuple((row.type, row.day, row.behind, row.events) for row in valid),
                  sum(row.events for row in dead), sum(row.bytes or 0 for row in dead),
-                 max((row.newest for row in valid), default=None))
+                 max((row.newest for row in valid), default=None), sum(row.bytes or 0 for row in rows))
 
 
 def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:

@@ -52,8 +52,10 @@ class State:
     def follow(self) -> timedelta:
         return max((v.follow for v in self.views), default=timedelta())
 
-    def recent(self, since: datetime | None) -> DataFrame | None:
-        """Recent events at or after ``since``."""
+    def recent(self, since: datetime | None = None) -> DataFrame | None:
+        """Recent events (at or after ``since``). The speed layer's joins take them unfiltered: a
+        filter on a time that moves each micro-batch would make Spark generate and compile the code
+        of every piece's scan again each micro-batch."""
         if not self.pieces:
             return None
         events = reduce(DataFrame.unionByName, self.pieces)

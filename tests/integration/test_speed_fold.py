@@ -1,7 +1,8 @@
 """The speed layer's state survives a restart exactly: a fold rebuilt from raw_events goes on as the
 uninterrupted one would, after a clean stop, after a crash between the partials commit and the
-raw_events commit, and when a fully committed micro-batch is replayed. Every view, including
-sessions (taken back and grown) and the search -> click join."""
+raw_events commit, and when a fully committed micro-batch is replayed, whichever writer committed it
+(delta-rs from the driver, or Spark). Every view, including sessions (taken back and grown) and the
+search -> click join."""
 
 from __future__ import annotations
 
@@ -71,16 +72,17 @@ def uninterrupted(folded):
 
 def _restarted(spark, settings, records, before_restart: int, crash=None):
     """Fold the first ``before_restart`` micro-batches, ``crash`` the table state, then go on with a
-    fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``."""
+    fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``. Both folds commit
+    through Spark's Delta writer, where the uninterrupted fold's small micro-batches go through delta-rs."""
     views = list(all_views(settings.view_modules).values())
     queries.ensure_tables(spark, settings)
     batches = _batches(spark, records)
-    fold = Fold(spark, settings, views, "fold")
+    fold = Fold(spark, settings, views, "fold", driver_bytes=0)
     for batch_id in range(before_restart):
         fold(batches[batch_id], batch_id)
     if crash:
         crash(settings)
-    fold = Fold(spark, settings, views, "fold")
+    fold = Fold(spark, settings, views, "fold", driver_bytes=0)
     for batch_id in range(before_restart - 1, len(batches)):
         fold(batches[batch_id], batch_id)
     return _speed(settings)
