@@ -35,9 +35,11 @@ def session(settings: Settings, app_name: str, master: str = "local[2]"):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", str(tmp))
         .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
-        # room for every micro-batch's generated classes: with the default 100 the speed layer
-        # compiled the same code again each micro-batch
+        # generated code that is the same from one micro-batch to the next is compiled once: room for
+        # every class a micro-batch uses, and no stage number in a class's name (a view whose plan
+        # grows by a stage would renumber, and so recompile, every stage after it)
         .config("spark.sql.codegen.cache.maxEntries", "1000")
+        .config("spark.sql.codegen.useIdInClassName", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")
