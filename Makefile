@@ -36,7 +36,7 @@ test: setup
 	$(PY) -m pytest -q --durations=12
 
 test-fast: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/unit -m "not processes"
 
 bench: setup
 	$(PY) -m bench

@@ -8,6 +8,8 @@ import pytest
 
 from infra.settings import REPO
 
+pytestmark = pytest.mark.processes
+
 
 def run(home, *args):
     return subprocess.run([sys.executable, "-m", "serving_layer.cli", *args], capture_output=True, text=True,

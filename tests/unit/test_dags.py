@@ -11,6 +11,8 @@ import pytest
 from infra.airflow import DAG_IDS
 from infra.settings import REPO
 
+pytestmark = pytest.mark.processes
+
 MIDNIGHT_NOV_19 = datetime(2026, 11, 19, tzinfo=timezone.utc)
 MIDNIGHT_NOV_20 = datetime(2026, 11, 20, tzinfo=timezone.utc)
 
