@@ -17,7 +17,10 @@ from views.event_fields import COMMON_FIELDS, EVENT_TYPES, STRING_FIELDS, TYPE_F
 AMOUNT = T.DecimalType(12, 2)
 #: The fields as read from the JSON, as text; quantity and amount are then cast to these types.
 NUMBERS = {"quantity": T.IntegerType(), "amount": AMOUNT}
-_TEXT = T.StructType([*(T.StructField(name, T.StringType()) for name in (*STRING_FIELDS, *NUMBERS)),
+#: The JSON as read in one parse: each string field as a variant (its JSON type is checked; its text
+#: is a cast), quantity and amount as text.
+_JSON = T.StructType([*(T.StructField(name, T.VariantType()) for name in STRING_FIELDS),
+                      *(T.StructField(name, T.StringType()) for name in NUMBERS),
                       T.StructField("_corrupt", T.StringType())])
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 
@@ -39,12 +42,7 @@ KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payl
 _KAFKA_KEPT = tuple(c for c in KAFKA_COLUMNS if c != "payload")
 
 
-def _json_type(variant: Column, name: str) -> Column:
-    """The JSON type of field ``name`` (STRING, BIGINT, ARRAY<...>, VOID for null; null if absent)."""
-    return F.schema_of_variant(F.try_variant_get(variant, f"$.{name}", "variant"))
-
-
-def _rules(typed: dict[str, Column], text: Column, variant: Column, size: Column, now: Column, max_bytes: int,
+def _rules(typed: dict[str, Column], text: Column, json: Column, size: Column, now: Column, max_bytes: int,
            horizon_seconds: int) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
     rules = [
@@ -52,7 +50,7 @@ def _rules(typed: dict[str, Column], text: Column, variant: Column, size: Column
         (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
     ]
     for name in STRING_FIELDS:
-        kind = _json_type(variant, name)
+        kind = F.schema_of_variant(json[name])  # STRING, BIGINT, ARRAY<...>, VOID for null; null if absent
         rules.append((~kind.isin("STRING", "VOID"),
                       F.format_string(f"field {name} has the wrong type: %s, expected a string", kind)))
     for name in COMMON_FIELDS:
@@ -100,13 +98,16 @@ def _parse_steps(max_payload_bytes: int, future_horizon_seconds: int) -> tuple[t
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
         F.current_timestamp().alias("ingested_at"),
-        F.from_json(payload, _TEXT, _JSON_OPTIONS).alias("text"),
-        F.try_parse_json(payload).alias("variant"),
+        F.from_json(payload, _JSON, _JSON_OPTIONS).alias("json"),
         F.length(F.col("value")).alias("size"),
     )
+    json = F.col("json")
+    text = F.when(json.isNotNull(), F.struct(*(json[name].cast("string").alias(name) for name in STRING_FIELDS),
+                                              *(json[name] for name in (*NUMBERS, "_corrupt"))))
+    texts = (*(F.col(c) for c in _KAFKA_KEPT), F.col("raw"), F.col("size"), json, text.alias("text"))
     typed = {name: F.col(f"text.{name}") for name in STRING_FIELDS} | {
         name: F.col(f"text.{name}").try_cast(kind) for name, kind in NUMBERS.items()}
-    reason = first_reason(_rules(typed, F.col("text"), F.col("variant"), F.col("size"),
+    reason = first_reason(_rules(typed, F.col("text"), json, F.col("size"),
                                  F.col("ingested_at"), max_payload_bytes, future_horizon_seconds))
     event_time = F.try_to_timestamp(F.col("text.event_time"))
     columns = (
@@ -115,7 +116,7 @@ def _parse_steps(max_payload_bytes: int, future_horizon_seconds: int) -> tuple[t
         F.to_date(event_time).alias("event_date"),
         *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), reason.alias("reason"),
     )
-    return fields, columns, tuple(F.col(c) for c in (*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason"))
+    return fields, texts, columns, tuple(F.col(c) for c in (*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason"))
 
 
 def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
