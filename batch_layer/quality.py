@@ -31,9 +31,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
-from views import timebase
-from views.event_fields import EVENT_TYPES
+from views import domain, timebase
 from views.model import Tumbling, View
+from views.source import Source
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # the machine may be offline; nothing leaves it
 
@@ -105,13 +105,13 @@ def view_expectations(view: View, unique_events: int | None = None) -> list:
     return declared + totals
 
 
-def raw_events_expectations() -> list:
+def raw_events_expectations(source: Source) -> list:
     import great_expectations.expectations as gxe
 
     return [
         *(gxe.ExpectColumnValuesToNotBeNull(column=c, description=f"every event has {c}")
-          for c in ("event_id", "event_type", "event_time", "user_id")),
-        gxe.ExpectColumnValuesToBeInSet(column="event_type", value_set=list(EVENT_TYPES),
+          for c in map(source.column, source.required)),
+        gxe.ExpectColumnValuesToBeInSet(column="event_type", value_set=list(source.types),
                                         description="every event type is known"),
         _every("event_date = to_date(event_time)", "every event is in its own day's partition"),
         gxe.ExpectColumnProportionOfUniqueValuesToBeBetween(
@@ -188,4 +188,4 @@ def check_view(settings: Settings, view: View, rows: DataFrame, events: DataFram
 def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end: datetime) -> Check:
     """Check raw_events' records of ``[start, end)`` against its suite."""
     day = events.where(F.col("event_date").between(start.date(), (end - timebase.DAY).date()))
-    return check(settings, "raw_events", raw_events_expectations(), day, start, end)
+    return check(settings, "raw_events", raw_events_expectations(domain(settings.domain).source), day, start, end)

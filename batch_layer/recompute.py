@@ -22,8 +22,7 @@ from batch_layer import corrections, quality, versions
 from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
-from views import all_views, compile, timebase
-from views.events import EVENT_COLUMNS
+from views import all_views, compile, domain, timebase
 from views.model import View
 
 log = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
     timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = _days_read(views, start, end)
     records = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
-    return records.select(*EVENT_COLUMNS, "event_date", *compile.RECEIPT_ORDER)
+    return records.select(*domain(settings.domain).source.columns, "event_date", *compile.RECEIPT_ORDER)
 
 
 @contextmanager
@@ -151,6 +150,6 @@ def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
     days (the Data Docs updated once for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     spark = sparks.session(settings, "lambdalake-batch")
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     with checked_events(spark, settings, views.values(), start, end) as events:
         return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}

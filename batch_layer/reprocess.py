@@ -70,7 +70,7 @@ def _day(value: date | str | None) -> date | None:
 def plan(settings: Settings, label: str, views: Iterable[str] | None = None, first: date | str | None = None,
          last: date | str | None = None, all_history: bool = False) -> Plan:
     """Check a reprocess's arguments (ISO days or dates); ValueError says what is wrong."""
-    known = all_views(settings.view_modules)
+    known = all_views(settings.view_modules, settings.domain)
     views = tuple(dict.fromkeys(views or known))
     unknown = [name for name in views if name not in known]
     if unknown or not views:
@@ -160,7 +160,7 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
 def reprocess(settings: Settings, plan: Plan) -> dict[str, dict]:
     """Run ``plan`` on this process's SparkSession: build every view's new version, then switch."""
     spark = sparks.session(settings, "lambdalake-reprocess")
-    known = all_views(settings.view_modules)
+    known = all_views(settings.view_modules, settings.domain)
     based_on = versions.snapshot(settings, plan.views)
     built = build(spark, settings, [known[name] for name in plan.views], plan, based_on)
     return publish(settings, plan, built, based_on)

@@ -21,7 +21,7 @@ def _rows(settings: Settings, table: str, columns: list[str]) -> list[dict]:
 def stale_days(settings: Settings) -> list[date]:
     """Days already in the batch ledger whose windows late events that arrived since they were computed
     can change (for a view whose windows reach across midnight, the neighbouring days too)."""
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     computed: dict[tuple, object] = {}
     for row in _rows(settings, "serving_state", ["view", "day", "computed_at"]):
         key = (row["view"], row["day"])

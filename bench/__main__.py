@@ -18,7 +18,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bench import batch, live, serving, throughput
-from infra import generator, kafka, processes, producer
+from domains.clickstream import generator
+from infra import kafka, processes, producer
 from infra.settings import REPO, Settings
 from serving_layer.cli import Parser
 
@@ -85,7 +86,7 @@ def _backlog(settings: Settings, events: int, say) -> int:
     records = generator.generate(now - timedelta(hours=1), now, events)
     say(f"producing a backlog of {len(records):,} events: {generator.counts(records)}")
     sent = producer.send(settings, records)
-    total = sum(kafka.end_offsets(settings, settings.events_topic).values())
+    total = sum(kafka.end_offsets(settings, settings.topic).values())
     if sent != len(records) or total != sent:
         raise RuntimeError(f"produced {len(records)} records, {sent} acknowledged, {total} in the topic")
     return total
@@ -110,7 +111,7 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
 def _live(root: Path, rates: list[float], seconds: int, markers: int, say):
     from infra import services
 
-    settings = _deployment(root, "live", events_topic="live")
+    settings = _deployment(root, "live", topic_prefix="live-")
     kafka.ensure_topics(settings)
     services.start_speed(settings)
     try:

@@ -24,7 +24,7 @@ SCHEMA = T.StructType([
 def rows(spark: SparkSession, settings: Settings) -> DataFrame:
     records = (spark.readStream.format("kafka")
                .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-               .option("subscribe", settings.events_topic)
+               .option("subscribe", settings.topic)
                .option("startingOffsets", "earliest")
                .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
                .load())

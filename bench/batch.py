@@ -59,11 +59,12 @@ from batch_layer import corrections, quality, versions
 from batch_layer.recompute import recompute_day
 from batch_layer.stale import stale_days
 from bench import landing
-from infra import generator
+from domains.clickstream import PRODUCTS, generator
 from infra import spark as sparks
+from infra.producer import Record
 from infra.settings import Settings
 from speed_layer.queries import ensure_tables
-from views import all_views, products
+from views import all_views, changelog
 from views.model import View
 from views.timebase import DAY, UTC, day_start
 
@@ -210,7 +211,7 @@ def _equal(ours: dict, theirs: dict) -> bool:
 
 def check(spark, settings: Settings, start: datetime, end: datetime) -> None:
     """Raise unless every view's rows from the baseline equal the batch layer's for ``[start, end)``."""
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     if set(views) != set(SQL):
         raise RuntimeError(f"the baseline has SQL for {sorted(SQL)}, the batch layer computes {sorted(views)}")
     within = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
@@ -228,12 +229,12 @@ def build(spark, settings: Settings, days: dict[date, int], say) -> None:
     fold) and a products changelog over the days."""
     ensure_tables(spark, settings)
     first, last = day_start(min(days)), day_start(max(days)) + DAY
-    changelog = landing.kafka_records(spark, generator.products(first - DAY, last), settings.home / "products",
-                                      settings.products_topic)
-    products.changes(products.parse(changelog)).write.format("delta").mode("append").save(
-        settings.table("product_changes"))
-    products.dimension(spark.read.format("delta").load(settings.table("product_changes"))).write.format(
-        "delta").mode("overwrite").save(settings.table("products"))
+    records = landing.kafka_records(spark, generator.products(first - DAY, last), settings.home / "products",
+                                    settings.topic_of(PRODUCTS.topic))
+    changelog.changes(changelog.parse(records, PRODUCTS), PRODUCTS).write.format("delta").mode("append").save(
+        settings.table(PRODUCTS.changes))
+    changelog.dimension(spark.read.format("delta").load(settings.table(PRODUCTS.changes)), PRODUCTS).write.format(
+        "delta").mode("overwrite").save(settings.table(PRODUCTS.name))
     for day, count in sorted(days.items()):
         start = day_start(day)
         records = generator.generate(start, start + DAY, count, seed=day.toordinal())
@@ -268,11 +269,11 @@ def measure(spark, settings: Settings, day: date, jobs: tuple[str, ...], runs: i
     return {job: times[warm:] for job, times in seconds.items()}
 
 
-def _late_event(day: date) -> generator.Record:
+def _late_event(day: date) -> Record:
     """A page view of ``day`` at 23:30, sent now."""
     event = {"event_id": "bench-late-event", "event_type": "page_view", "user_id": "u0", "session_id": "bench-late",
              "page": LATE_PAGE, "event_time": f"{day_start(day) + DAY - timedelta(minutes=30):%Y-%m-%dT%H:%M:%SZ}"}
-    return generator.Record(datetime.now(UTC), b"u0", json.dumps(event).encode(), "late")
+    return Record(datetime.now(UTC), b"u0", json.dumps(event).encode(), "late")
 
 
 def _correct(settings: Settings) -> list[date]:

@@ -8,14 +8,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infra import generator
+from domains.clickstream import generator
+from infra.producer import Record
 from infra.settings import Settings
 from speed_layer.fold import Fold
 from speed_layer.queries import speed_views
-from views import events
+from views import domain, events
 
 
-def kafka_records(spark, records: list[generator.Record], path: Path, topic: str = "events"):
+def kafka_records(spark, records: list[Record], path: Path, topic: str = "events"):
     """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
@@ -27,15 +28,16 @@ def kafka_records(spark, records: list[generator.Record], path: Path, topic: str
     return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
 
 
-def land(spark, settings: Settings, records: list[generator.Record], path: Path) -> None:
+def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
     """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
-    parsed = events.parse(kafka_records(spark, records, path), settings.max_payload_bytes,
+    source = domain(settings.domain).source
+    parsed = events.parse(kafka_records(spark, records, path), source, settings.max_payload_bytes,
                           settings.future_horizon_seconds)
-    events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date").save(
+    events.landed(parsed, source).write.format("delta").mode("append").partitionBy("event_date").save(
         settings.table("raw_events"))
 
 
-def fold(spark, settings: Settings, records: list[generator.Record], path: Path, app_id: str) -> None:
+def fold(spark, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:
     """``records`` as one micro-batch of the speed layer's fold (``speed_layer.fold``) under ``app_id``:
     raw_events, dead_letters, late_events and every speed view's partials."""
     Fold(spark, settings, speed_views(settings), app_id)(kafka_records(spark, records, path), 0)

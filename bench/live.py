@@ -63,7 +63,7 @@ def load(settings: Settings, rate: float, seconds: float, seed: int) -> list[mul
     """Start producer processes sending ``rate`` events/s in all for ``seconds``."""
     count = max(1, math.ceil(rate / PER_PRODUCER))
     procs = [multiprocessing.Process(target=_produce, daemon=True,
-                                     args=(settings.kafka_bootstrap, settings.events_topic, rate / count, seconds,
+                                     args=(settings.kafka_bootstrap, settings.topic, rate / count, seconds,
                                            seed * 100 + i)) for i in range(count)]
     for proc in procs:
         proc.start()
@@ -147,7 +147,7 @@ def freshness(settings: Settings, markers: int, warm_up: float = 60, rate: float
             before = _values(settings, checks)
             sent = time.monotonic()
             for key, value in _marker_events(marker, now):
-                producer.send(settings.events_topic, key=key, value=value)
+                producer.send(settings.topic, key=key, value=value)
             producer.flush()
             waiting = set(checks)
             while waiting and time.monotonic() - sent < MARKER_TIMEOUT:

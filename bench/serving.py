@@ -36,7 +36,7 @@ from deltalake import DeltaTable
 
 from batch_layer.recompute import recompute_view
 from bench import landing
-from infra import generator
+from domains.clickstream import generator
 from infra import spark as sparks
 from infra.settings import Settings
 from serving_layer import engine, spark_sql
@@ -84,7 +84,7 @@ def build(spark, settings: Settings, count: int, say) -> Data:
     records = generator.generate(start, end, count, seed=1)
     say(f"serving: landing {len(records):,} events of {start:%Y-%m-%d} .. {end - timedelta(days=1):%Y-%m-%d} ...")
     landing.land(spark, settings, records, settings.home / "month")
-    for view in all_views(settings.view_modules).values():
+    for view in all_views(settings.view_modules, settings.domain).values():
         say(f"serving: recomputing {view.name} ...")
         recompute_view(spark, settings, view, start, end)
     [(batch, speed)] = engine.query(settings, f"SELECT count_if(is_final), count_if(NOT is_final) FROM {VIEW}")[1]

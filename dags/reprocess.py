@@ -31,7 +31,7 @@ from infra.settings import load
 from views import all_views
 
 settings = load()
-views = list(all_views(settings.view_modules))
+views = list(all_views(settings.view_modules, settings.domain))
 
 with DAG(
     dag_id="reprocess",

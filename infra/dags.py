@@ -27,7 +27,7 @@ def table(settings: Settings, name: str) -> Asset:
 def batch_tables(settings: Settings) -> list[Asset]:
     """What a batch recompute writes: each view's batch table (one Asset for all its versions, named by
     the first), the ledger, quality results and corrections."""
-    names = [versions.table_name(name) for name in all_views(settings.view_modules)]
+    names = [versions.table_name(name) for name in all_views(settings.view_modules, settings.domain)]
     return [table(settings, name) for name in (*names, "serving_state", "quality_results", "corrections")]
 
 

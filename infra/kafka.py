@@ -7,6 +7,7 @@ from pathlib import Path
 
 from infra import processes
 from infra.settings import JAR_CACHE, Settings
+from views import domain
 
 NAME = "kafka"
 
@@ -116,7 +117,7 @@ def stop(settings: Settings) -> bool:
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create ``events`` (keyed by user_id) and the compacted ``products`` changelog if missing."""
+    """Create the domain's events topic and its dimensions' compacted changelog topics if missing."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -125,8 +126,9 @@ def ensure_topics(settings: Settings) -> None:
     try:
         existing = set(admin.list_topics())
         wanted = [
-            NewTopic(settings.events_topic, settings.topic_partitions, 1),
-            NewTopic(settings.products_topic, 1, 1, topic_configs={"cleanup.policy": "compact"}),
+            NewTopic(settings.topic, settings.topic_partitions, 1),
+            *(NewTopic(settings.topic_of(d.topic), 1, 1, topic_configs={"cleanup.policy": "compact"})
+              for d in domain(settings.domain).dimensions),
         ]
         missing = [t for t in wanted if t.name not in existing]
         if missing:

@@ -9,8 +9,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable
 
-from infra.generator import Record
 from infra.settings import Settings
+
+
+@dataclass(frozen=True)
+class Record:
+    """A Kafka record to send at ``send_at``, and what it is (a generator's kind: valid, late, ...)."""
+
+    send_at: datetime
+    key: bytes | None
+    value: bytes | None  # None: a tombstone (a changelog's deletion)
+    kind: str
 
 
 def _producer(settings: Settings):
@@ -27,7 +36,7 @@ def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | N
     producer, futures = _producer(settings), []
     try:
         for key, value, timestamp_ms in messages:
-            futures.append(producer.send(topic or settings.events_topic, key=key, value=value,
+            futures.append(producer.send(topic or settings.topic, key=key, value=value,
                                          timestamp_ms=timestamp_ms))
         producer.flush()
     finally:
@@ -50,11 +59,11 @@ def send(settings: Settings, records: Iterable[Record], paced_from: datetime | N
     return sum(publish(settings, paced()))
 
 
-def send_products(settings: Settings, records: Iterable[Record]) -> int:
-    """Send product changelog records to the products topic, stamped with their ``send_at`` (a
+def send_changelog(settings: Settings, records: Iterable[Record], topic: str) -> int:
+    """Send a dimension's changelog records to its ``topic``, stamped with their ``send_at`` (a
     deletion takes effect then). Returns how many were acknowledged."""
     messages = ((r.key, r.value, int(r.send_at.timestamp() * 1000)) for r in records)
-    return sum(publish(settings, messages, settings.products_topic))
+    return sum(publish(settings, messages, topic))
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bo
 
 def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
     """Wait until the speed layer has processed everything Kafka holds now; the record count."""
-    target = kafka.end_offsets(settings, settings.events_topic)
+    target = kafka.end_offsets(settings, settings.topic)
 
     def landed() -> int | None:
         done = (speed_health(settings) or {}).get("processed_offsets") or {}

@@ -25,8 +25,11 @@ class Settings:
     airflow_user: str = "admin"
     #: None: generated on first use and kept in ``<home>/secrets`` (infra.secrets).
     airflow_password: str | None = None
-    events_topic: str = "events"
-    products_topic: str = "products"
+    #: The bundled domain the deployment computes over (``domains.<domain>``: its source, dimensions, views).
+    domain: str = "clickstream"
+    #: Prefixed to the Kafka topics the domain declares (its events', its changelogs'), to tell the
+    #: deployments that share a broker apart.
+    topic_prefix: str = ""
     topic_partitions: int = 3
     #: Speed layer: the shortest time between micro-batch starts (while a backlog lasts, batches run
     #: back to back and size themselves), and the most Kafka records one may take (a memory guard).
@@ -68,6 +71,17 @@ class Settings:
         for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def topic_of(self, declared: str) -> str:
+        """The deployment's name of the topic a domain declares as ``declared``."""
+        return self.topic_prefix + declared
+
+    @property
+    def topic(self) -> str:
+        """The topic the domain's events come from."""
+        from views import domain
+
+        return self.topic_of(domain(self.domain).source.topic)
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -26,7 +26,7 @@ def views(settings: Settings) -> list[dict]:
     """Every declared view: window, keys, measures, tables, the version of its batch table serving it,
     and its final and provisional days."""
     days = engine.finality(settings)
-    declared = all_views(settings.view_modules)
+    declared = all_views(settings.view_modules, settings.domain)
     tables, serving = versions.serving(settings, declared), versions.describe(settings, declared)
     return [{
         "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),

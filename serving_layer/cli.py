@@ -112,7 +112,8 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
 
 
 def _produce(settings, args) -> None:
-    from infra import generator, producer
+    from domains.clickstream import PRODUCTS, generator
+    from infra import producer
     from views.timebase import UTC
 
     if not (args.from_file or args.days or args.rate):
@@ -120,19 +121,19 @@ def _produce(settings, args) -> None:
     now = datetime.now(UTC)
     if args.products and args.from_file:
         read = producer.read_file(args.from_file, now, key="product_id", changelog=True)
-        sent = producer.send_products(settings, read.records)
-        print(f"products changelog: sent {sent} from {args.from_file} to {settings.products_topic}: "
+        sent = producer.send_changelog(settings, read.records, settings.topic_of(PRODUCTS.topic))
+        print(f"products changelog: sent {sent} from {args.from_file} to {settings.topic_of(PRODUCTS.topic)}: "
               f"{sum(r.value is None for r in read.records)} deletions" + (f"; {read.report()}" if read.report() else ""))
     elif args.products:
         start = now - timedelta(days=args.days or 0)
         changes = generator.products(start, now + timedelta(seconds=args.duration if args.rate else 0), seed=args.seed)
-        sent = producer.send_products(settings, changes)
-        print(f"products changelog: sent {sent} to {settings.products_topic}: "
+        sent = producer.send_changelog(settings, changes, settings.topic_of(PRODUCTS.topic))
+        print(f"products changelog: sent {sent} to {settings.topic_of(PRODUCTS.topic)}: "
               f"{sum(c.value is None for c in changes)} deletions")
     if args.from_file and not args.products:
         read = producer.read_file(args.from_file, now)
         sent = producer.send(settings, read.records)
-        print(f"sent {sent} records from {args.from_file} to {settings.events_topic}"
+        print(f"sent {sent} records from {args.from_file} to {settings.topic}"
               + (f"; {read.report()}" if read.report() else ""))
     if args.days:
         records = generator.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
@@ -173,7 +174,7 @@ def _reprocess(settings, parser: Parser, args) -> None:
     if args.switch_back:
         if args.first or args.last or args.all_history:
             parser.error("--switch-back takes only --views")
-        for view, done in versions.switch_back(settings, args.views or all_views(settings.view_modules)).items():
+        for view, done in versions.switch_back(settings, args.views or all_views(settings.view_modules, settings.domain)).items():
             print(f"{view}: serving {done['label']} again; days carried over from the version left: "
                   f"{done['carried_days']}")
         return
@@ -192,7 +193,7 @@ def _status(settings, as_json: bool) -> None:
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
-    report["versions"] = versions.describe(settings, all_views(settings.view_modules))
+    report["versions"] = versions.describe(settings, all_views(settings.view_modules, settings.domain))
     report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
                                            "FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "

@@ -8,7 +8,9 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from infra import airflow, credentials, generator, kafka, producer, services
+from domains.clickstream import PRODUCTS, generator
+
+from infra import airflow, credentials, kafka, producer, services
 from infra import settings as config
 from infra.settings import Settings
 from serving_layer import engine
@@ -51,7 +53,7 @@ def report(settings: Settings) -> str:
     table(" UNION ALL ".join(
         f"SELECT '{name}' AS view, '{timebase.spans(days[name]['final'])}' AS final_days, "
         f"count(*) FILTER (WHERE source = 'batch') AS batch_rows, count(*) FILTER (WHERE source = 'speed') "
-        f"AS speed_rows, max(window_start) AS latest_window FROM \"{name}\"" for name in all_views(settings.view_modules)))
+        f"AS speed_rows, max(window_start) AS latest_window FROM \"{name}\"" for name in all_views(settings.view_modules, settings.domain)))
     view = "page_views_per_minute"
     lines.append(f"\n== {view}: the latest speed rows and the latest batch rows ==")
     table(f"(SELECT * FROM {view} WHERE source = 'speed' ORDER BY window_start DESC, page LIMIT 5) UNION ALL "
@@ -62,7 +64,7 @@ def report(settings: Settings) -> str:
           "FROM revenue_by_category_hourly WHERE window_start >= current_date - 1 AND window_start < current_date "
           "GROUP BY category ORDER BY revenue DESC")
     health = services.speed_health(settings) or {}
-    produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
+    produced = sum(kafka.end_offsets(settings, settings.topic).values())
     _, [(landed, dead)] = engine.query(
         settings, "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters)")
     lines += [
@@ -85,7 +87,7 @@ def main() -> int:
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     now = datetime.now(timebase.UTC)
     changes = generator.products(first, now, seed=int(now.timestamp()))
-    say(f"producing the products changelog: {producer.send_products(settings, changes)} changes")
+    say(f"producing the products changelog: {producer.send_changelog(settings, changes, settings.topic_of(PRODUCTS.topic))} changes")
     history = generator.generate(first, now, PER_DAY * max(1, (now - first).days), seed=int(now.timestamp()))
     say(f"producing history since {first:%Y-%m-%d}: {generator.counts(history)}")
     producer.send(settings, history)

@@ -60,7 +60,7 @@ def _days(settings: Settings, table: str, day: str) -> dict[str, set[date]]:
     dataset = _dataset(settings, table)
     rows = dataset.to_table(columns=["view", day]) if dataset is not None else None
     found = {}
-    for name in all_views(settings.view_modules):
+    for name in all_views(settings.view_modules, settings.domain):
         values = [] if rows is None else rows.filter(pc.equal(rows["view"], name))[day].to_pylist()
         found[name] = {v.date() if isinstance(v, datetime) else v for v in values}
     return found
@@ -170,7 +170,7 @@ class Engine:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._views = all_views(settings.view_modules)
+        self._views = all_views(settings.view_modules, settings.domain)
         #: The tables by relation name; the batch tables last, since the version pointers name them.
         self._tables = {name: _Table(settings.table(name)) for name in (*TABLES, compile.PARTIALS)}
         self._tables.update({batch_relation(name): _Table(path)

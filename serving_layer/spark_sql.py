@@ -47,7 +47,7 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
     """A session beside ``spark`` in which every merged view of ``settings``' deployment, and every
     table the DuckDB engine shows, can be queried by name."""
     sql = _beside(spark)
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     relations = {}
 
     def register(name: str, path: str) -> None:

@@ -11,6 +11,7 @@ import time
 from infra import settings as config
 from infra import spark as sparks
 from speed_layer import health, queries, resume
+from views import domain
 
 
 def main() -> int:
@@ -25,7 +26,7 @@ def main() -> int:
     spark = sparks.session(settings, "lambdalake-speed")
     queries.ensure_tables(spark, settings)
     landing, fold = queries.start_events(spark, settings, start)
-    others = [queries.start_products(spark, settings)]
+    others = [queries.start_dimension(spark, settings, d) for d in domain(settings.domain).dimensions]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error = None

@@ -53,7 +53,7 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     watermark = newest - state.duration(settings.watermark)
     table = spark.read.format("delta").load(path)
     done = {}
-    for view in all_views(settings.view_modules).values():
+    for view in all_views(settings.view_modules, settings.domain).values():
         if view.name not in table.columns:
             continue
         closed = table.where((F.col("view") == view.name) & (F.col("window_hour") <= F.lit(last_closed_hour(view, watermark))))

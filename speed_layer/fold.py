@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from infra import delta as tables
 from infra.settings import Settings
 from speed_layer import late_events, state
-from views import compile, events
+from views import compile, domain, events
 from views.model import FollowedBy, Session, View
 
 #: A micro-batch of up to this many bytes (its dead letters alone, likewise) is collected and written
@@ -45,8 +45,9 @@ class Fold:
                  profile: bool = False, driver_bytes: int = DRIVER_BYTES) -> None:
         self.settings, self.views, self.profile, self.driver_bytes = settings, views, profile, driver_bytes
         self.appends = tables.BatchAppends(app_id)
+        self.source = domain(settings.domain).source
         raw_events = spark.read.format("delta").load(settings.table("raw_events"))
-        self.state = state.restore(spark, raw_events, views, state.duration(settings.watermark))
+        self.state = state.restore(spark, raw_events, self.source.columns, views, state.duration(settings.watermark))
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
         self.timings: dict[str, float] = {}
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
@@ -55,15 +56,15 @@ class Fold:
         steps, mark = {}, self.state.watermark
         finals = late_events.final_through(self.settings, self.views) if self.views else {}
         with _timed(steps, "parse"):
-            parsed = late_events.flag_behind(events.parse(records, self.settings.max_payload_bytes,
+            parsed = late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
                                                           self.settings.future_horizon_seconds), mark).persist()
-            valid = events.landed(parsed)
+            valid = events.landed(parsed, self.source)
             counted = late_events.tally(parsed)
         grown: dict[str, DataFrame] = {}
         partials = None
         if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
             with _timed(steps, "dedupe"):
-                new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND))))
+                new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
             partials = self._partials(records.sparkSession, new, grown, steps)
             self.state.remember(new)  # after the views' plans took the state before this batch
         late = late_events.count(counted, self.views, finals, batch_id)
@@ -112,7 +113,7 @@ class Fold:
 
     def _new(self, fresh: DataFrame) -> DataFrame:
         """The first copy of each event of ``fresh`` (valid, not late) that was not seen before."""
-        firsts = compile.first_copies(fresh).select(*events.EVENT_COLUMNS)
+        firsts = compile.first_copies(fresh).select(*self.source.columns)
         recent = self.state.recent()  # a resent copy has its event's time: only ids need comparing
         if recent is not None:  # an inner join: a semi join would be pushed into every piece, each its own job
             seen = recent.select("event_id").join(F.broadcast(firsts.select("event_id")), "event_id")

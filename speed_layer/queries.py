@@ -1,5 +1,6 @@
-"""The speed layer's two streaming queries: Kafka events -> raw_events, dead_letters, late_events and
-every speed view in one pass (speed_layer.fold); Kafka products -> the products dimension."""
+"""The speed layer's streaming queries: the domain's events -> raw_events, dead_letters, late_events and
+every speed view in one pass (speed_layer.fold); each dimension's changelog -> its changes and the
+dimension."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from infra import delta as tables
 from infra.settings import Settings
 from speed_layer import late_events, resume
 from speed_layer.fold import Fold
-from views import all_views, events, products
+from views import all_views, changelog, domain, events
 from views.model import View
+from views.source import Changelog
 
 LANDING = "landing"
-PRODUCTS = "products"
 
 
 def _kafka(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
@@ -29,10 +30,6 @@ def _kafka(spark: SparkSession, settings: Settings, topic: str, starting_offsets
             .load())
 
 
-def _parse(records: DataFrame, settings: Settings) -> DataFrame:
-    return events.parse(records, settings.max_payload_bytes, settings.future_horizon_seconds)
-
-
 def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: float) -> StreamingQuery:
     """A micro-batch at most every ``seconds``: back to back while a backlog lasts."""
     return (rows.writeStream.queryName(name).outputMode("append").foreachBatch(each_batch)
@@ -41,21 +38,22 @@ def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: fl
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create the landed tables and the products dimension (empty) so that readers never find them missing."""
-    empty = spark.createDataFrame([], events.KAFKA_RECORD)
-    parsed = _parse(empty, settings)
-    tables.ensure(spark, settings.table("raw_events"), events.landed(parsed).schema, ("event_date",))
+    """Create the landed tables and the dimensions (empty) so that readers never find them missing."""
+    empty, declared = spark.createDataFrame([], events.KAFKA_RECORD), domain(settings.domain)
+    parsed = events.parse(empty, declared.source, settings.max_payload_bytes, settings.future_horizon_seconds)
+    tables.ensure(spark, settings.table("raw_events"), events.landed(parsed, declared.source).schema, ("event_date",))
     tables.ensure(spark, settings.table("dead_letters"), events.dead_letters(parsed).schema,
                   ("dead_letter_date",))
     tables.ensure(spark, settings.table("late_events"), late_events.SCHEMA)
-    changes = products.changes(products.parse(empty))
-    tables.ensure(spark, settings.table("product_changes"), changes.schema)
-    tables.ensure(spark, settings.table("products"), products.dimension(changes).schema)
+    for dimension in declared.dimensions:
+        changes = changelog.changes(changelog.parse(empty, dimension), dimension)
+        tables.ensure(spark, settings.table(dimension.changes), changes.schema)
+        tables.ensure(spark, settings.table(dimension.name), changelog.dimension(changes, dimension).schema)
 
 
 def speed_views(settings: Settings) -> list[View]:
     """The views the speed layer keeps (setting ``speed_views``; all by default)."""
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     chosen = views if settings.speed_views is None else settings.speed_views
     unknown = sorted(set(chosen) - set(views))
     if unknown:
@@ -71,30 +69,30 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
     """
     app_id, starting_offsets = start
     fold = Fold(spark, settings, speed_views(settings), app_id, profile=settings.speed_profile)
-    query = _start(_kafka(spark, settings, settings.events_topic, starting_offsets), LANDING,
+    query = _start(_kafka(spark, settings, settings.topic, starting_offsets), LANDING,
                    settings.checkpoints / LANDING, fold, settings.trigger_seconds)
     return query, fold
 
 
-def start_products(spark: SparkSession, settings: Settings) -> StreamingQuery:
-    """Land the products changelog exactly once in product_changes (bad records in dead_letters) and
-    rebuild the products dimension from it after each micro-batch with changes."""
-    checkpoint = settings.checkpoints / PRODUCTS
+def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelog) -> StreamingQuery:
+    """Land a dimension's changelog exactly once in its changes table (bad records in dead_letters) and
+    rebuild the dimension from it after each micro-batch with changes."""
+    checkpoint = settings.checkpoints / dimension.name
     app_id, _ = resume.app_id(checkpoint)
-    changelog, dimension = settings.table("product_changes"), settings.table("products")
+    changes_table, dimension_table = settings.table(dimension.changes), settings.table(dimension.name)
 
     appends = tables.BatchAppends(app_id)
 
     def land(records: DataFrame, batch_id: int) -> None:
-        parsed = products.parse(records).persist()
-        changes, dead = products.changes(parsed), events.dead_letters(parsed)
+        parsed = changelog.parse(records, dimension).persist()
+        changes, dead = changelog.changes(parsed, dimension), events.dead_letters(parsed)
         if not dead.isEmpty():
             appends.append(dead, settings.table("dead_letters"), batch_id, ("dead_letter_date",))
         if not changes.isEmpty():
-            appends.append(changes, changelog, batch_id)
-            current = products.dimension(records.sparkSession.read.format("delta").load(changelog))
-            current.write.format("delta").mode("overwrite").save(dimension)
+            appends.append(changes, changes_table, batch_id)
+            current = changelog.dimension(records.sparkSession.read.format("delta").load(changes_table), dimension)
+            current.write.format("delta").mode("overwrite").save(dimension_table)
         parsed.unpersist()
 
-    return _start(_kafka(spark, settings, settings.products_topic, "earliest"), PRODUCTS, checkpoint, land,
+    return _start(_kafka(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name, checkpoint, land,
                   settings.dimension_trigger_seconds)

@@ -42,7 +42,7 @@ def landed_offsets(settings: Settings) -> dict[int, int]:
         except TableNotFoundError:
             continue
         for row in table.to_pylist():
-            if row["topic"] == settings.events_topic:
+            if row["topic"] == settings.topic:
                 highest[row["partition"]] = max(highest.get(row["partition"], -1), row["offset"])
     return highest
 
@@ -70,7 +70,7 @@ def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str
         return app, "earliest"
     landed = landed_offsets(settings)
     if landed and not resume_from_tables:
-        where = ", ".join(f"{settings.events_topic}-{p} up to offset {o}" for p, o in sorted(landed.items()))
+        where = ", ".join(f"{settings.topic}-{p} up to offset {o}" for p, o in sorted(landed.items()))
         raise CheckpointLost(
             f"the landing checkpoint {checkpoint} is missing, but records were landed already ({where}); "
             f"restarting from Kafka's earliest offsets would land them twice. Ways out: restore the "
@@ -78,6 +78,6 @@ def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str
             f"highest offset landed in each partition")
     if not landed:
         return app, "earliest"
-    oldest = kafka.beginning_offsets(settings, settings.events_topic)
+    oldest = kafka.beginning_offsets(settings, settings.topic)
     offsets = {str(p): max(landed[p] + 1, first) if p in landed else EARLIEST for p, first in oldest.items()}
-    return app, json.dumps({settings.events_topic: offsets})
+    return app, json.dumps({settings.topic: offsets})

@@ -23,7 +23,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from views import compile, events
+from views import compile
 from views.model import Session, View
 
 #: Recent events are kept in pieces, one per micro-batch; this many are folded into one.
@@ -101,8 +101,9 @@ def newest_event(raw_events: DataFrame) -> datetime | None:
     return raw_events.where(F.col("event_date") == newest_day).agg(F.max("event_time")).first()[0]
 
 
-def restore(spark: SparkSession, raw_events: DataFrame, views: list[View], delay: timedelta) -> State:
-    """The state after the micro-batches landed in ``raw_events``.
+def restore(spark: SparkSession, raw_events: DataFrame, columns: tuple[str, ...], views: list[View],
+            delay: timedelta) -> State:
+    """The state after the micro-batches landed in ``raw_events`` (its event ``columns`` kept).
 
     Whether a landed event was late is decided as the speed layer decided it: against the newest event
     time of the micro-batches before its own (by ``ingested_at``, one per micro-batch). Only events at
@@ -122,7 +123,7 @@ def restore(spark: SparkSession, raw_events: DataFrame, views: list[View], delay
         Window.orderBy("ingested_at").rowsBetween(Window.unboundedPreceding, -1)).alias("_before"))
     counted = (seen.join(before, "ingested_at")
                .where(F.col("_before").isNull() | (F.col("event_time") >= F.col("_before") - F.lit(delay)))
-               .select(*events.EVENT_COLUMNS))
+               .select(*columns))
     counted = checkpoint(counted)
     state.pieces = [checkpoint(counted.where(F.col("event_time") >= F.lit(state.horizon)))]
     for view in views:

@@ -1,7 +1,10 @@
-"""What is computed: the event schemas and one module per view, each declaring ``VIEW``.
+"""How views are declared and computed: the vocabulary (``model``, ``source``), the Spark code that
+compiles declarations (``compile``, ``events``, ``changelog``), and where a deployment's views are found.
 
-Adding a view is adding a module here (or, for a deployment's own views, naming its module in the
-``view_modules`` setting); :func:`all_views` finds it, and every layer takes its views from there.
+A domain (``domains.<name>``) declares its source and dimensions and holds one module per view, each
+declaring ``VIEW``. Adding a view is adding a module there (or, for a deployment's own views, naming its
+module in the ``view_modules`` setting); :func:`all_views` finds it, and every layer takes its views
+from there.
 """
 
 from __future__ import annotations
@@ -11,19 +14,29 @@ import pkgutil
 from typing import Iterable
 
 from views.model import View
+from views.source import Domain
 
-#: The package's modules that declare no view: the vocabulary, and the Spark code that compiles views,
-#: which readers and DAG files must not import.
-SUPPORT_MODULES = frozenset({"compile", "event_fields", "events", "model", "products", "timebase"})
+#: The domain a deployment computes over unless its ``domain`` setting names another.
+DEFAULT_DOMAIN = "clickstream"
 
 
-def all_views(extra_modules: Iterable[str] = ()) -> dict[str, View]:
-    """Every view declared in this package and in ``extra_modules``, by name."""
+def domain(name: str = DEFAULT_DOMAIN) -> Domain:
+    """The bundled domain ``name`` (``domains.<name>.DOMAIN``)."""
+    try:
+        declared = importlib.import_module(f"domains.{name}").DOMAIN
+    except (ModuleNotFoundError, AttributeError):
+        known = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__)]
+        raise ValueError(f"unknown domain {name!r} (setting domain); known: {', '.join(known)}") from None
+    return declared
+
+
+def all_views(extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMAIN) -> dict[str, View]:
+    """Every view of domain ``domain_name`` and of ``extra_modules``, by name."""
     extra_modules = tuple(extra_modules)
-    modules = [f"views.{info.name}" for info in pkgutil.iter_modules(__path__)
-               if info.name not in SUPPORT_MODULES] + list(extra_modules)
+    package = importlib.import_module(f"domains.{domain(domain_name).name}.views")
+    modules = [f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
     found = {}
-    for name in modules:
+    for name in modules + list(extra_modules):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -33,8 +46,8 @@ def all_views(extra_modules: Iterable[str] = ()) -> dict[str, View]:
             if view.name in found:
                 raise ValueError(f"two views are named {view.name!r}; the one in {name} needs another name")
             found[view.name] = view
-        elif name in extra_modules:
-            raise ValueError(f"module {name} (setting view_modules) declares no VIEW")
+        else:
+            raise ValueError(f"module {name} declares no VIEW")
     return dict(sorted(found.items()))
 
 

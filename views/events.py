@@ -1,7 +1,8 @@
-"""The clickstream event: its JSON schema, the validation rules, and the landed (raw_events) columns.
+"""An event source's parse: its JSON fields, the validation rules, and the landed (raw_events) columns.
 
-Parsing is defined once here as a pure ``DataFrame -> DataFrame`` function over Kafka records, so the
-speed layer's landing and any replay of dead letters apply exactly the same rules.
+Parsing is defined once here as a pure ``DataFrame -> DataFrame`` function over Kafka records and a
+:class:`~views.source.Source`, so the speed layer's landing and any replay of dead letters apply exactly
+the same rules.
 """
 
 from __future__ import annotations
@@ -12,16 +13,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from views.event_fields import COMMON_FIELDS, EVENT_TYPES, STRING_FIELDS, TYPE_FIELDS
+from views.source import DECIMAL, INTEGER, STRING, UNSIGNED_DECIMAL, Source
 
-AMOUNT = T.DecimalType(12, 2)
-#: The fields as read from the JSON, as text; quantity and amount are then cast to these types.
-NUMBERS = {"quantity": T.IntegerType(), "amount": AMOUNT}
-#: The JSON as read in one parse: each string field as a variant (its JSON type is checked; its text
-#: is a cast), quantity and amount as text.
-_JSON = T.StructType([*(T.StructField(name, T.VariantType()) for name in STRING_FIELDS),
-                      *(T.StructField(name, T.StringType()) for name in NUMBERS),
-                      T.StructField("_corrupt", T.StringType())])
+#: The Spark type each field type lands as.
+SPARK_TYPES = {STRING: T.StringType(), INTEGER: T.IntegerType(), DECIMAL: T.DecimalType(12, 2),
+               UNSIGNED_DECIMAL: T.DecimalType(12, 2)}
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 
 #: A Kafka record as Spark's Kafka source reads it.
@@ -34,46 +30,49 @@ KAFKA_RECORD = T.StructType([
 
 RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2})$"
 
-#: Columns of raw_events, the master dataset (partitioned by event_date).
-EVENT_COLUMNS = ("event_id", "event_time", "event_type", "user_id", "session_id",
-                 "page", "query", "product_id", "quantity", "amount")
 KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")
 #: What ``parse`` keeps of them: the payload only as ``raw`` bytes, made text when landed.
 _KAFKA_KEPT = tuple(c for c in KAFKA_COLUMNS if c != "payload")
 
 
-def _rules(typed: dict[str, Column], text: Column, json: Column, size: Column, now: Column, max_bytes: int,
-           horizon_seconds: int) -> list[tuple[Column, Column]]:
+def decimal_rule(name: str, kind: str, text: Column) -> tuple[Column, Column]:
+    """(is_bad, reason) for a decimal field's text: a number with at most 2 places (not negative, if
+    ``kind`` is unsigned)."""
+    sign, what = ("", "a non-negative decimal") if kind == UNSIGNED_DECIMAL else ("-?", "a decimal")
+    return (text.isNotNull() & ~text.rlike(rf"^{sign}\d+(\.\d{{1,2}})?$"),
+            F.format_string(f"{name} '%s' is not {what} with at most 2 places", text))
+
+
+def _rules(source: Source, typed: dict[str, Column], text: Column, json: Column, size: Column, now: Column,
+           max_bytes: int, horizon_seconds: int) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
     rules = [
         (size > max_bytes, F.lit(f"oversized payload: more than {max_bytes} bytes")),
         (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
     ]
-    for name in STRING_FIELDS:
+    for name in source.strings:
         kind = F.schema_of_variant(json[name])  # STRING, BIGINT, ARRAY<...>, VOID for null; null if absent
         rules.append((~kind.isin("STRING", "VOID"),
                       F.format_string(f"field {name} has the wrong type: %s, expected a string", kind)))
-    for name in COMMON_FIELDS:
+    for name in source.required:
         rules.append((F.coalesce(F.trim(text[name]), F.lit("")) == "", F.lit(f"missing field {name}")))
+    kind, time = text[source.kind], text[source.time]
     rules += [
-        (~text["event_type"].isin(*EVENT_TYPES),
-         F.format_string("unknown event_type '%s'", text["event_type"])),
-        (~text["event_time"].rlike(RFC3339) | F.try_to_timestamp(text["event_time"]).isNull(),
-         F.format_string("event_time '%s' is not RFC 3339 with an offset", text["event_time"])),
-        (F.try_to_timestamp(text["event_time"]) > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
-         F.lit(f"event_time more than {horizon_seconds}s in the future")),
+        (~kind.isin(*source.types), F.format_string(f"unknown {source.kind} '%s'", kind)),
+        (~time.rlike(RFC3339) | F.try_to_timestamp(time).isNull(),
+         F.format_string(f"{source.time} '%s' is not RFC 3339 with an offset", time)),
+        (F.try_to_timestamp(time) > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
+         F.lit(f"{source.time} more than {horizon_seconds}s in the future")),
     ]
-    for event_type, fields in TYPE_FIELDS.items():
+    for event_type, fields in source.types.items():
         for name in fields:
-            rules.append(((text["event_type"] == event_type) & text[name].isNull(),
-                          F.lit(f"missing field {name} for {event_type}")))
-    rules.append((text["amount"].isNotNull() & ~text["amount"].rlike(r"^-?\d+(\.\d{1,2})?$"),
-                  F.format_string("amount '%s' is not a decimal with at most 2 places", text["amount"])))
-    for name in ("quantity", "amount"):
+            rules.append(((kind == event_type) & text[name].isNull(), F.lit(f"missing field {name} for {event_type}")))
+    rules += [decimal_rule(name, number, text[name]) for name, number in source.numbers.items()
+              if number in (DECIMAL, UNSIGNED_DECIMAL)]
+    for name in source.numbers:
         rules.append((text[name].isNotNull() & typed[name].isNull(),
                       F.format_string(f"field {name} has the wrong type: '%s'", text[name])))
-    rules.append(((text["event_type"] == "purchase") & (typed["quantity"] <= 0),
-                  F.lit("quantity must be positive")))
+    rules += [(F.expr(check.bad), F.lit(check.reason)) for check in source.checks]
     return rules
 
 
@@ -86,54 +85,61 @@ def first_reason(rules: list[tuple[Column, Column]]) -> Column:
     return reason
 
 
-@lru_cache(maxsize=4)
-def _parse_steps(max_payload_bytes: int, future_horizon_seconds: int) -> tuple[tuple[Column, ...], ...]:
-    """The column lists :func:`parse` selects, one per step; built once per limits and reused for every
-    micro-batch (a few hundred expressions: building them again costs the speed layer's driver more
-    than parsing a small micro-batch)."""
+@lru_cache(maxsize=8)
+def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> tuple[tuple[Column, ...], ...]:
+    """The column lists :func:`parse` selects, one per step; built once per source and limits and
+    reused for every micro-batch (a few hundred expressions: building them again costs the speed
+    layer's driver more than parsing a small micro-batch)."""
     payload = F.col("value").cast("string")
+    # one parse of the JSON: each string field as a variant (its JSON type is checked, its text is a
+    # cast), the numbers as text
+    schema = T.StructType([*(T.StructField(name, T.VariantType()) for name in source.strings),
+                           *(T.StructField(name, T.StringType()) for name in source.numbers),
+                           T.StructField("_corrupt", T.StringType())])
     fields = (
         F.col("topic"), F.col("partition"), F.col("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
         F.current_timestamp().alias("ingested_at"),
-        F.from_json(payload, _JSON, _JSON_OPTIONS).alias("json"),
+        F.from_json(payload, schema, _JSON_OPTIONS).alias("json"),
         F.length(F.col("value")).alias("size"),
     )
     json = F.col("json")
-    text = F.when(json.isNotNull(), F.struct(*(json[name].cast("string").alias(name) for name in STRING_FIELDS),
-                                              *(json[name] for name in (*NUMBERS, "_corrupt"))))
-    texts = (*(F.col(c) for c in _KAFKA_KEPT), F.col("raw"), F.col("size"), json, text.alias("text"))
-    typed = {name: F.col(f"text.{name}") for name in STRING_FIELDS} | {
-        name: F.col(f"text.{name}").try_cast(kind) for name, kind in NUMBERS.items()}
-    reason = first_reason(_rules(typed, F.col("text"), json, F.col("size"),
-                                 F.col("ingested_at"), max_payload_bytes, future_horizon_seconds))
-    event_time = F.try_to_timestamp(F.col("text.event_time"))
+    text = F.when(json.isNotNull(), F.struct(*(json[name].cast("string").alias(name) for name in source.strings),
+                                              *(json[name] for name in (*source.numbers, "_corrupt"))))
+    # the typed fields by name, for the source's checks (SQL over them)
+    typed = {name: F.col(f"text.{name}").try_cast(SPARK_TYPES[kind]) for name, kind in source.fields.items()
+             if name != source.time}
+    texts = (*(F.col(c) for c in (*_KAFKA_KEPT, "raw", "size")), json, text.alias("text"),
+             *(column.alias(name) for name, column in typed.items()))
+    named = {name: F.col(name) for name in typed}
+    reason = first_reason(_rules(source, named, F.col("text"), json, F.col("size"), F.col("ingested_at"),
+                                 max_payload_bytes, future_horizon_seconds))
+    event_time = F.try_to_timestamp(F.col(f"text.{source.time}"))
     columns = (
-        *(typed[c].alias(c) for c in EVENT_COLUMNS if c != "event_time"),
-        event_time.alias("event_time"),
+        *((event_time if name == source.time else named[name]).alias(source.column(name)) for name in source.fields),
         F.to_date(event_time).alias("event_date"),
         *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), reason.alias("reason"),
     )
-    return fields, texts, columns, tuple(F.col(c) for c in (*EVENT_COLUMNS, "event_date", *_KAFKA_KEPT, "raw", "reason"))
+    return fields, texts, columns
 
 
-def parse(records: DataFrame, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
-    """Kafka records -> one row per record with the parsed event columns and ``reason`` (null if valid).
+def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
+    """Kafka records -> one row per record with ``source``'s event columns and ``reason`` (null if valid).
 
     ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary).
     """
-    for step in _parse_steps(max_payload_bytes, future_horizon_seconds):
+    for step in _parse_steps(source, max_payload_bytes, future_horizon_seconds):
         records = records.select(*step)
     return records
 
 
-def landed(parsed: DataFrame) -> DataFrame:
+def landed(parsed: DataFrame, source: Source) -> DataFrame:
     """The valid records of ``parse``'s output, as raw_events rows."""
     return parsed.where(F.col("reason").isNull()).select(
-        *EVENT_COLUMNS, "event_date", *(F.col("raw").cast("string").alias(c) if c == "payload" else c
-                                        for c in KAFKA_COLUMNS))
+        *source.columns, "event_date", *(F.col("raw").cast("string").alias(c) if c == "payload" else c
+                                         for c in KAFKA_COLUMNS))
 
 
 def dead_letters(parsed: DataFrame) -> DataFrame:

@@ -48,7 +48,7 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
     Kafka acknowledged in dead_letter_replays."""
     if (from_file is None) == (reason is None):
         raise ValueError("deadletters replay needs either --from-file F or --reason TEXT")
-    requests = None if from_file is None else read_requests(from_file, settings.events_topic)
+    requests = None if from_file is None else read_requests(from_file, settings.topic)
     rows = queries.over(settings)
     found = queries.dead_letters(rows, reason, None if requests is None else [r.at for r in requests])
     done = queries.replayed(rows)
@@ -56,7 +56,7 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
         raise ValueError(f"no dead letter's reason contains {reason!r} (see `lambdalake deadletters`)"
                          if requests is None else
                          f"none of the {len(requests)} dead letters named in {from_file} is in dead_letters "
-                         f"(a line without \"topic\" means {settings.events_topic!r})")
+                         f"(a line without \"topic\" means {settings.topic!r})")
     chosen = plan([Request(at) for at in found] if requests is None else requests, found, done)
     acknowledged = _send(settings, chosen.send) if chosen.send else []
     sent = [r for r, ok in zip(chosen.send, acknowledged) if ok]
@@ -65,5 +65,5 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
     if len(sent) < len(chosen.send):
         raise ValueError(f"Kafka acknowledged {len(sent)} of {len(chosen.send)} records (those are recorded as "
                          f"replayed); rerun to send the rest")
-    return {"topic": settings.events_topic, "sent": [r.letter.at for r in sent],
+    return {"topic": settings.topic, "sent": [r.letter.at for r in sent],
             "already_replayed": chosen.already_replayed, "not_found": chosen.not_found}

@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra import generator, kafka, processes, producer, services
+from domains.clickstream import PRODUCTS, generator
+
+from infra import kafka, processes, producer, services
 from serving_layer import engine
 from tests import browser, oracle
 from tests.compare import assert_measures, merged_rows, within_sketch_error
@@ -26,7 +28,7 @@ EXTRA_VIEW = EXTRA.name
 
 
 def _merged(settings, name: str = "page_views_per_minute") -> dict:
-    return merged_rows(settings, all_views(settings.view_modules)[name])
+    return merged_rows(settings, all_views(settings.view_modules, settings.domain)[name])
 
 
 def _count(settings, table: str) -> int:
@@ -47,7 +49,7 @@ def _settled(settings, views: dict, since: datetime, timeout: float = 300) -> di
 
 def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: datetime) -> None:
     """Every view's merged rows in [start, end) are final batch rows equal to the oracle."""
-    for name, view in all_views(settings.view_modules).items():
+    for name, view in all_views(settings.view_modules, settings.domain).items():
         merged = {k: r for k, r in _merged(settings, name).items() if start <= k[0] < end}
         assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
         for key, row in merged.items():
@@ -71,7 +73,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     changes = generator.products(first, now, seed=3)
     services.start_speed(settings)
     try:
-        assert producer.send_products(settings, changes) == len(changes)
+        assert producer.send_changelog(settings, changes, settings.topic_of(PRODUCTS.topic)) == len(changes)
         assert producer.send(settings, records) == len(records)
         services.wait_for_landing(settings)
         processes.wait_until(lambda: _count(settings, "product_changes") == len(changes), 120, "products landing")
@@ -105,7 +107,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     finally:
         services.stop_speed(settings)
 
-    produced = sum(kafka.end_offsets(settings, settings.events_topic).values())
+    produced = sum(kafka.end_offsets(settings, settings.topic).values())
     _, [(landed, dead, reasonless)] = engine.query(settings, (
         "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters), "
         "(SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL)"))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.generator import Record
-from views import events
+from infra.producer import Record
+from views import domain, events
 
 
 def kafka_rows(records: list[Record], topic: str = "events", partitions: int = 3) -> list[tuple]:
@@ -25,6 +25,7 @@ def kafka_frame(spark, records: list[Record], topic: str = "events", partitions:
 
 def land(spark, settings, records: list[Record]) -> None:
     """Parse ``records`` as the speed layer does and append the valid ones to raw_events."""
-    parsed = events.parse(kafka_frame(spark, records), settings.max_payload_bytes, 10**9)
-    (events.landed(parsed).write.format("delta").mode("append").partitionBy("event_date")
+    source = domain(settings.domain).source
+    parsed = events.parse(kafka_frame(spark, records), source, settings.max_payload_bytes, 10**9)
+    (events.landed(parsed, source).write.format("delta").mode("append").partitionBy("event_date")
      .save(settings.table("raw_events")))

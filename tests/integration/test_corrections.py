@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from batch_layer.recompute import recompute_view
-from infra.generator import Mix, generate
+from domains.clickstream.generator import Mix, generate
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle

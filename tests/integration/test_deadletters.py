@@ -17,14 +17,15 @@ from tests.unit.test_cli import run as cli
 pytestmark = pytest.mark.integration
 
 #: Not the deployment's events topic, whose end offsets the end-to-end test counts.
-TOPIC = "replayed_events"
+PREFIX = "replayed_"
+TOPIC = PREFIX + "events"
 LETTERS = dead_letter_rows.sample(TOPIC)
 
 
 @pytest.fixture
 def home(tables):
     """The test's settings with its dead letters written and its own events topic."""
-    settings = tables.save(events_topic=TOPIC)
+    settings = tables.save(topic_prefix=PREFIX)
     dead_letter_rows.write(settings.table("dead_letters"), LETTERS)
     return settings
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from domains.clickstream import EVENTS
 from views import events
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ CASES = [
 
 def _parse(spark, values: list[bytes]):
     rows = [(b"k", v, "events", 0, i, datetime(2026, 11, 20, 9), 0) for i, v in enumerate(values)]
-    return events.parse(spark.createDataFrame(rows, events.KAFKA_RECORD), max_payload_bytes=4096,
+    return events.parse(spark.createDataFrame(rows, events.KAFKA_RECORD), EVENTS, max_payload_bytes=4096,
                         future_horizon_seconds=3600)
 
 
@@ -54,11 +55,11 @@ def test_every_bad_record_is_dead_lettered_with_its_reason(spark):
     for offset, (raw, reason) in enumerate(CASES):
         assert reason in dead[offset].reason, (raw[:80], dead[offset].reason)
         assert bytes(dead[offset].raw) == raw and dead[offset].topic == "events"
-    assert [r.offset for r in events.landed(parsed).collect()] == [len(CASES)]
+    assert [r.offset for r in events.landed(parsed, EVENTS).collect()] == [len(CASES)]
 
 
 def test_a_good_event_lands_with_every_field_in_utc(spark):
-    [row] = events.landed(_parse(spark, [_with()])).collect()
+    [row] = events.landed(_parse(spark, [_with()]), EVENTS).collect()
     assert row.event_time == datetime(2026, 11, 20, 9, 15, 30, 250000)  # session time zone is UTC
     assert str(row.event_date) == "2026-11-20"
     assert (row.quantity, row.amount, row.product_id) == (2, Decimal("19.99"), "p1")

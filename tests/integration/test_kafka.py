@@ -36,8 +36,8 @@ def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
         pid = processes.running_pid(settings, kafka.NAME)
         kafka.start(settings)
         assert processes.running_pid(settings, kafka.NAME) == pid
-        assert len(kafka.end_offsets(settings, settings.events_topic)) == settings.topic_partitions
-        assert len(kafka.end_offsets(settings, settings.products_topic)) == 1
+        assert len(kafka.end_offsets(settings, settings.topic)) == settings.topic_partitions
+        assert len(kafka.end_offsets(settings, settings.topic_of("products"))) == 1
     finally:
         assert kafka.stop(settings)
     assert not psutil.pid_exists(pid) and processes.port_holder(19192) is None
@@ -47,10 +47,10 @@ def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
 def test_produce_products_publishes_the_changelog(tmp_path, broker):
     from kafka import KafkaConsumer
 
-    from infra.generator import PRODUCTS, UNLISTED
+    from domains.clickstream.generator import PRODUCTS, UNLISTED
 
     overrides = {**json.loads((broker.home / "settings.json").read_text()),
-                 "events_topic": f"events-{tmp_path.name}", "products_topic": f"products-{tmp_path.name}"}
+                 "topic_prefix": f"{tmp_path.name}-"}
     (tmp_path / "settings.json").write_text(json.dumps(overrides))
     settings = load(tmp_path)
     kafka.ensure_topics(settings)
@@ -58,7 +58,7 @@ def test_produce_products_publishes_the_changelog(tmp_path, broker):
                            "--products"], capture_output=True, text=True, cwd=REPO, timeout=120,
                           env={**os.environ, "LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
-    consumer = KafkaConsumer(settings.products_topic, bootstrap_servers=settings.kafka_bootstrap,
+    consumer = KafkaConsumer(settings.topic_of("products"), bootstrap_servers=settings.kafka_bootstrap,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000)
     records = list(consumer)
     consumer.close()

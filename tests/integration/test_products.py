@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from infra.generator import Record
-from infra.producer import read_file
+from domains.clickstream import PRODUCTS
+from infra.producer import Record, read_file
 from tests.integration.records import kafka_frame
-from views import products, timebase
+from views import changelog, timebase
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def test_bad_changelog_records_get_a_reason(spark):
                                       "updated_at": "noon"}).encode(), "product"),
         deletion(None, 5),
     ]
-    parsed = products.parse(kafka_frame(spark, records, topic="products", partitions=1))
+    parsed = changelog.parse(kafka_frame(spark, records, topic="products", partitions=1), PRODUCTS)
     reasons = [r.reason for r in parsed.orderBy("offset").collect()]
     assert reasons == [
         None,
@@ -53,7 +53,7 @@ def test_bad_changelog_records_get_a_reason(spark):
         "price '-1' is not a non-negative decimal with at most 2 places",
         "price '1.234' is not a non-negative decimal with at most 2 places",
         "updated_at 'noon' is not RFC 3339 with an offset",
-        "tombstone without a key: no product to delete",
+        "tombstone without a key: no product_id to delete",
     ]
     tombstone = parsed.where("offset = 1").first()
     assert (tombstone.product_id, tombstone.deleted, tombstone.category) == ("p1", True, None)
@@ -69,8 +69,8 @@ def test_dimension_intervals_follow_updated_at_not_arrival(spark):
         change("p2", "hats", 0),
         change("p2", "caps", 0),          # same updated_at: the later record wins
     ]
-    parsed = products.parse(kafka_frame(spark, records, topic="products", partitions=1))
-    rows = products.dimension(products.changes(parsed)).orderBy(
+    parsed = changelog.parse(kafka_frame(spark, records, topic="products", partitions=1), PRODUCTS)
+    rows = changelog.dimension(changelog.changes(parsed, PRODUCTS), PRODUCTS).orderBy(
         "product_id", "valid_from", F.asc_nulls_last("valid_to")).collect()
 
     def minutes(moment):
@@ -96,9 +96,9 @@ def test_a_changelog_file_lands_as_the_dimension_its_lines_describe(spark, tmp_p
         {"product_id": "p2", "category": "hats"},
     ]))
     read = read_file(path, T0 + timedelta(minutes=5), key="product_id", changelog=True)
-    parsed = products.parse(kafka_frame(spark, read.records, topic="products", partitions=1))
+    parsed = changelog.parse(kafka_frame(spark, read.records, topic="products", partitions=1), PRODUCTS)
     assert [r.reason for r in parsed.orderBy("offset").collect()] == [
-        None, None, "tombstone without a key: no product to delete", "missing field price"]
-    rows = products.dimension(products.changes(parsed)).orderBy("valid_from").collect()
+        None, None, "tombstone without a key: no product_id to delete", "missing field price"]
+    rows = changelog.dimension(changelog.changes(parsed, PRODUCTS), PRODUCTS).orderBy("valid_from").collect()
     assert [(r.product_id, r.category, r.deleted, r.valid_to is None) for r in rows] == [
         ("p1", "shoes", False, False), ("p1", None, True, True)]

@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from batch_layer import reprocess, versions
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
-from infra.generator import Mix, generate
+from domains.clickstream.generator import Mix, generate
 from serving_layer import engine
 from tests import oracle
 from tests.integration.records import land

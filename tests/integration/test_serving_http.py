@@ -11,7 +11,8 @@ import pytest
 import requests
 
 from batch_layer.recompute import recompute_view
-from infra import generator, processes, services
+from domains.clickstream import generator
+from infra import processes, services
 from infra.settings import load
 from serving_layer import engine
 from speed_layer import queries
@@ -38,7 +39,7 @@ def served(spark, deployment, tmp_path_factory):
     settings = _home(tmp_path_factory, deployment, "served", serve_port=18000)
     records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
                                  mix=generator.Mix(late=0, duplicate=0.05, malformed=0.05))
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     queries.ensure_tables(spark, settings)
     Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
     for view in views.values():
@@ -64,7 +65,7 @@ def _key(view, row: dict) -> tuple:
 
 def test_views_lists_every_view_with_its_final_and_provisional_days(served):
     listing = {v["name"]: v for v in _get(served, "/views").json()}
-    assert set(listing) == set(all_views(served.view_modules))
+    assert set(listing) == set(all_views(served.view_modules, served.domain))
     first, second = DAY.date(), (DAY + timedelta(days=1)).date()
     for view in listing.values():
         assert view["final_days"] == str(first), view["name"]

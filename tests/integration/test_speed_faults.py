@@ -15,7 +15,9 @@ from datetime import datetime, timedelta
 import psutil
 import pytest
 
-from infra import generator, kafka, processes, producer, services
+from domains.clickstream import generator
+from infra import kafka, processes, producer, services
+from infra.producer import Record
 from infra.settings import load
 from serving_layer import engine
 from tests import oracle
@@ -31,7 +33,7 @@ def home(tmp_path, broker):
     """A deployment on the session's broker with its own events topic, whose speed layer keeps only
     page_views_per_minute (the faults are the same for every view); stopped after."""
     settings_json = json.loads((broker.home / "settings.json").read_text())
-    settings_json.update(events_topic=f"events-{tmp_path.name}", max_offsets_per_trigger=20_000,
+    settings_json.update(topic_prefix=f"{tmp_path.name}-", max_offsets_per_trigger=20_000,
                          speed_views=["page_views_per_minute"])
     (tmp_path / "settings.json").write_text(json.dumps(settings_json))
     settings = load(tmp_path)
@@ -40,7 +42,7 @@ def home(tmp_path, broker):
     services.stop_speed(settings)
 
 
-def _recent(count: int, seed: int, mix: generator.Mix) -> list[generator.Record]:
+def _recent(count: int, seed: int, mix: generator.Mix) -> list[Record]:
     """Records whose event times all lie within the last 8 minutes: none is behind the watermark."""
     now = datetime.now(timebase.UTC)
     return generator.generate(now - timedelta(minutes=8), now, count, seed=seed, mix=mix, shaped=False)
@@ -61,7 +63,7 @@ def _assert_exactly_once(settings, records) -> None:
     bad = sum(r.kind == "malformed" for r in records)
     assert (landed, dead) == (len(records) - bad, bad)
     assert (distinct_landed, distinct_dead) == (landed, dead)  # each Kafka record exactly once
-    assert sum(kafka.end_offsets(settings, settings.events_topic).values()) == landed + dead
+    assert sum(kafka.end_offsets(settings, settings.topic).values()) == landed + dead
 
 
 def _assert_speed_view_equals_oracle(settings, records, timeout: float = 180) -> None:
@@ -155,7 +157,7 @@ def test_ten_thousand_fuzzed_bad_records_are_dead_lettered_and_stop_nothing(home
     mixed = []
     for record in good:
         mixed.append(record)
-        mixed.append(generator.Record(record.send_at, record.key, _fuzzed(rng, record.value), "malformed"))
+        mixed.append(Record(record.send_at, record.key, _fuzzed(rng, record.value), "malformed"))
     services.start_speed(home)
     assert producer.send(home, mixed) == len(mixed)
     _assert_exactly_once(home, mixed)
@@ -202,8 +204,8 @@ def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_w
     producer.send(home, records[300:])
     admin = KafkaAdminClient(bootstrap_servers=home.kafka_bootstrap)
     try:  # retention catches up with the stopped speed layer: records it never landed are gone
-        ends = kafka.end_offsets(home, home.events_topic)
-        admin.delete_records({TopicPartition(home.events_topic, p): end for p, end in ends.items()})
+        ends = kafka.end_offsets(home, home.topic)
+        admin.delete_records({TopicPartition(home.topic, p): end for p, end in ends.items()})
     finally:
         admin.close()
     try:

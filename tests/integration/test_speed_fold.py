@@ -16,8 +16,9 @@ from deltalake import write_deltalake
 
 from batch_layer.recompute import LEDGER
 from batch_layer.stale import stale_days
-from infra import generator
-from infra.generator import Mix
+from domains.clickstream import generator
+from domains.clickstream.generator import Mix
+from infra.producer import Record
 from infra.settings import load
 from speed_layer import queries
 from speed_layer.compact import compact
@@ -51,7 +52,7 @@ def _batches(spark, records):
 
 
 def _speed(settings):
-    return {name: merged_rows(settings, view) for name, view in all_views(settings.view_modules).items()}
+    return {name: merged_rows(settings, view) for name, view in all_views(settings.view_modules, settings.domain).items()}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def folded(spark, deployment, tmp_path_factory, records):
     """A deployment whose speed layer folded every record without a restart."""
     settings = _home(tmp_path_factory, deployment, "fold-once")
     queries.ensure_tables(spark, settings)
-    fold = Fold(spark, settings, list(all_views(settings.view_modules).values()), "fold")
+    fold = Fold(spark, settings, list(all_views(settings.view_modules, settings.domain).values()), "fold")
     for batch_id, batch in enumerate(_batches(spark, records)):
         fold(batch, batch_id)
     return settings
@@ -74,7 +75,7 @@ def _restarted(spark, settings, records, before_restart: int, crash=None):
     """Fold the first ``before_restart`` micro-batches, ``crash`` the table state, then go on with a
     fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``. Both folds commit
     through Spark's Delta writer, where the uninterrupted fold's small micro-batches go through delta-rs."""
-    views = list(all_views(settings.view_modules).values())
+    views = list(all_views(settings.view_modules, settings.domain).values())
     queries.ensure_tables(spark, settings)
     batches = _batches(spark, records)
     fold = Fold(spark, settings, views, "fold", driver_bytes=0)
@@ -123,10 +124,10 @@ def test_sessions_show_while_open_and_grow(spark, tables):
     fold = Fold(spark, tables, [view], "sessions")
     start = datetime(2026, 6, 1, 10, 58, tzinfo=timebase.UTC)
 
-    def event(i: int, minutes: int) -> generator.Record:
+    def event(i: int, minutes: int) -> Record:
         body = {"event_id": f"e{i}", "event_type": "page_view", "user_id": "u1", "session_id": "s1", "page": "/",
                 "event_time": (start + timedelta(minutes=minutes)).isoformat()}
-        return generator.Record(start, b"u1", json.dumps(body).encode(), "valid")
+        return Record(start, b"u1", json.dumps(body).encode(), "valid")
 
     seen = []
     for batch_id, minutes in enumerate([(3, 4), (5,), (-1,)]):  # 11:01, 11:02, then 11:03, then 10:57

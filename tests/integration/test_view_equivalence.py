@@ -23,17 +23,18 @@ from datetime import datetime, timedelta
 import pytest
 
 from batch_layer.recompute import recompute_view
-from infra import generator
-from infra.generator import Mix, Record
+from domains.clickstream import generator
+from domains.clickstream.generator import Mix
+from infra.producer import Record
 from infra.settings import load
 from speed_layer import queries
 from speed_layer.fold import Fold
-from tests import oracle
 from serving_layer import spark_sql
+from tests import oracle
 from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
 from tests.integration.records import kafka_rows
-from views import all_views, events, products, timebase
+from views import all_views, changelog, events, timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,7 +74,7 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark):
     send time), as its streaming query does; return the speed rows the serving layer merges from its
     partials, the oracle input the speed layer could see and its categories."""
     spark_rows = kafka_rows(records)
-    changes_rows = kafka_rows(changes, topic=settings.products_topic, partitions=1)
+    changes_rows = kafka_rows(changes, topic=settings.topic_of(PRODUCTS.topic), partitions=1)
     queries.ensure_tables(spark, settings)
     fold = Fold(spark, settings, list(views.values()), "equivalence")
     seen, category_of, newest, landed_changes = [], {}, None, []
@@ -81,9 +82,9 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark):
         known = [c for c in changes if c.send_at < records[first].send_at]
         if len(known) != len(landed_changes):
             landed_changes = known
-            parsed = products.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD))
-            products.dimension(products.changes(parsed)).write.format("delta").mode("overwrite").save(
-                settings.table("products"))
+            parsed = changelog.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD), PRODUCTS)
+            changelog.dimension(changelog.changes(parsed, PRODUCTS), PRODUCTS).write.format("delta").mode(
+                "overwrite").save(settings.table(PRODUCTS.name))
         latest = oracle.latest_category(known)
         mark = newest - watermark if newest else None  # the watermark: from the micro-batches before
         for record in records[first:last]:
@@ -108,7 +109,7 @@ def run(request, spark, deployment, tmp_path_factory) -> Run:
     home = tmp_path_factory.mktemp(f"equivalence-{request.param}")
     (home / "settings.json").write_text((deployment.home / "settings.json").read_text())
     settings = load(home)
-    views = all_views(settings.view_modules)
+    views = all_views(settings.view_modules, settings.domain)
     start = timebase.day_start(datetime(2026, 3, 1).date() + timedelta(days=rng.randrange(200)))
     end = start + timedelta(days=2)
     records = generator.generate(start, end, 1600, seed=request.param,

@@ -1,7 +1,7 @@
 import json
 from datetime import datetime, timedelta
 
-from infra.generator import Mix, counts, generate
+from domains.clickstream.generator import Mix, counts, generate
 from views.timebase import UTC
 
 START = datetime(2026, 11, 20, tzinfo=UTC)

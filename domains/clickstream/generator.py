@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from infra.producer import Record
+
 KINDS = ("valid", "late", "duplicate", "malformed")
 PAGES = ("/", "/search", "/cart", "/checkout", "/deals", "/help", *(f"/product/p{i}" for i in range(12)))
 QUERIES = ("shoes", "red shoes", "jacket", "socks", "hat", "gloves", "scarf", "boots")
@@ -23,14 +25,6 @@ PRODUCTS = tuple(f"p{i}" for i in range(40))
 UNLISTED = 4
 CATEGORIES = ("shoes", "outerwear", "accessories", "basics", "sale")
 OFFSETS = (0, 0, 0, 60, -300, 330)  # minutes east of UTC that producers stamp times with
-
-
-@dataclass(frozen=True)
-class Record:
-    send_at: datetime
-    key: bytes | None
-    value: bytes | None  # None: a tombstone (the products changelog's deletion)
-    kind: str
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@ duration in seconds and average number of events."""
 
 from datetime import timedelta
 
-from views.event_fields import EVENT_TYPES
+from domains.clickstream import EVENTS
 from views.model import Session, Tumbling, View, count, mean
 
 VIEW = View(
     name="sessions_hourly",
     description=__doc__,
-    event_types=EVENT_TYPES,
+    event_types=tuple(EVENTS.types),
     window=Session(gap=timedelta(minutes=30), per="user_id", bucket=Tumbling(timedelta(hours=1))),
     keys=(),
     measures=(count("sessions"), mean("avg_duration_s", "duration_s"), mean("avg_events", "events")),

@@ -2,13 +2,13 @@
 
 from datetime import timedelta
 
-from views.event_fields import EVENT_TYPES
+from domains.clickstream import EVENTS
 from views.model import Tumbling, View, distinct
 
 VIEW = View(
     name="active_users_hourly",
     description=__doc__,
-    event_types=EVENT_TYPES,
+    event_types=tuple(EVENTS.types),
     window=Tumbling(timedelta(hours=1)),
     keys=(),
     measures=(distinct("active_users", "user_id"),),

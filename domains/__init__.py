@@ -1,0 +1,3 @@
+"""The bundled example domains, one package each: ``domains.<name>`` declares ``DOMAIN`` (its source
+and dimensions, :class:`views.source.Domain`) and holds its views (``domains.<name>.views``) and its
+generator. A deployment computes over one, named by the ``domain`` setting."""

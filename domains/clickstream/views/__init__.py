@@ -1,0 +1,1 @@
+"""The clickstream's views, one module each, declaring ``VIEW``."""

@@ -1,0 +1,49 @@
+"""Source and changelog declarations: the columns they land, the domain a deployment finds, and the
+mistakes they refuse."""
+
+import pytest
+
+from domains.clickstream import EVENTS, PRODUCTS
+from views import all_views, domain
+from views.source import DECIMAL, STRING, Changelog, Source
+
+
+def _source(**changes) -> Source:
+    declared = {"name": "s", "description": "", "topic": "t",
+                "fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL},
+                "required": ("id", "at", "kind"), "types": {"a": ("n",)}, "key": "id", "time": "at", "kind": "kind"}
+    return Source(**{**declared, **changes})
+
+
+def test_the_key_time_and_kind_fields_land_as_the_columns_every_layer_reads():
+    assert _source().columns == ("event_id", "event_time", "event_type", "n")
+    assert EVENTS.columns == tuple(EVENTS.fields)  # the clickstream names them so already
+    assert EVENTS.strings[:5] == EVENTS.required and EVENTS.numbers == {"quantity": "integer", "amount": DECIMAL}
+    assert PRODUCTS.attributes == ("category", "price")
+
+
+def test_a_deployment_finds_its_domain_and_the_domain_its_views():
+    assert domain("clickstream").source is EVENTS and domain().dimensions == (PRODUCTS,)
+    assert set(all_views(domain_name="clickstream")) >= {"page_views_per_minute", "sessions_hourly"}
+    with pytest.raises(ValueError, match="unknown domain 'shop' .*known: .*clickstream"):
+        domain("shop")
+
+
+@pytest.mark.parametrize("changes,problem", [
+    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": "float"}}, "field n has unknown type 'float'"),
+    ({"types": {"a": ("m",)}}, "m is not one of the fields"),
+    ({"fields": {"id": "integer", "at": STRING, "kind": STRING, "n": DECIMAL}}, "key field id must be a string"),
+    ({"required": ("id", "kind")}, "time field at must be required"),
+    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL, "offset": STRING}},
+     "field offset has a name the landing keeps for itself"),
+    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "event_id": STRING}},
+     "two fields land as column event_id"),
+])
+def test_a_wrong_source_is_refused_with_its_reason(changes, problem):
+    with pytest.raises(ValueError, match=f"source s: .*{problem}"):
+        _source(**changes)
+
+
+def test_a_wrong_changelog_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match="changelog c: .*valid_from field updated_at must be a string field"):
+        Changelog("c", "", "c", "c_changes", "k", {"k": STRING, "v": DECIMAL})
