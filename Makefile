@@ -30,7 +30,7 @@ $(JARS)/.resolved: infra/jvm/spark/pom.xml infra/jvm/kafka/pom.xml infra/jvm/set
 	touch $@
 
 demo: setup
-	$(PY) -m serving_layer.demo
+	$(PY) -m lambdalake.demo $(if $(DOMAIN),--domain $(DOMAIN))
 
 test: setup
 	$(PY) -m pytest -q --durations=12

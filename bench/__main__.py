@@ -19,9 +19,10 @@ from pathlib import Path
 
 from bench import batch, live, serving, throughput
 from domains.clickstream import generator
+from domains.sample import counts
 from infra import kafka, processes, producer
 from infra.settings import REPO, Settings
-from serving_layer.cli import Parser
+from lambdalake.cli import Parser
 
 REPORT = REPO / "BENCHMARKS.md"
 #: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
@@ -84,7 +85,7 @@ def _deployment(root: Path, name: str, **settings) -> Settings:
 def _backlog(settings: Settings, events: int, say) -> int:
     now = datetime.now(timezone.utc)
     records = generator.generate(now - timedelta(hours=1), now, events)
-    say(f"producing a backlog of {len(records):,} events: {generator.counts(records)}")
+    say(f"producing a backlog of {len(records):,} events: {counts(records)}")
     sent = producer.send(settings, records)
     total = sum(kafka.end_offsets(settings, settings.topic).values())
     if sent != len(records) or total != sent:

@@ -121,5 +121,5 @@ def read_file(path: Path, now: datetime, key: str = "user_id", changelog: bool =
     """The records of the JSONL file ``path`` (see :func:`parse_lines`)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events "
-                                f"(with --products, of product changes)")
+                                f"(with --changelog, of changes)")
     return parse_lines(path.read_bytes().splitlines(), now, key, changelog)

@@ -121,7 +121,7 @@ def start_serving(settings: Settings, timeout: float = 60) -> None:
     """Start the HTTP API and dashboard (`lambdalake serve`; no-op if it runs) and wait until it answers."""
     if processes.running_pid(settings, SERVING) is None:
         processes.require_free(settings.serve_port, "serving API")
-        processes.start(settings, SERVING, [sys.executable, "-m", "serving_layer.cli", "serve"],
+        processes.start(settings, SERVING, [sys.executable, "-m", "lambdalake.cli", "serve"],
                         env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
     processes.wait_until(lambda: serving_healthy(settings), timeout, "serving API",
                          log=processes.log_file(settings, SERVING),

@@ -34,11 +34,15 @@ from batch_layer import versions
 from infra.settings import Settings
 from serving_layer import sandbox
 from serving_layer.merge import batch_relation, merged_views
-from views import all_views, compile
+from views import all_views, compile, domain
 
-#: In the order they are read: the ledger before the version pointers (see the module doc).
-TABLES = ("raw_events", "dead_letters", "late_events", "serving_state", versions.TABLE, "dead_letter_replays",
-          "product_changes", "products", "quality_results", "corrections")
+def tables(settings: Settings) -> tuple[str, ...]:
+    """The deployment's tables besides the views, in the order they are read: the ledger before the
+    version pointers (see the module doc); the domain's dimensions and their changes among them."""
+    dimensions = tuple(name for d in domain(settings.domain).dimensions for name in (d.changes, d.name))
+    return ("raw_events", "dead_letters", "late_events", "serving_state", versions.TABLE, "dead_letter_replays",
+            *dimensions, "quality_results", "corrections", compile.PARTIALS)
+
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
 SCANNED = frozenset({"raw_events", "dead_letters"})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
@@ -172,7 +176,7 @@ class Engine:
         self.settings = settings
         self._views = all_views(settings.view_modules, settings.domain)
         #: The tables by relation name; the batch tables last, since the version pointers name them.
-        self._tables = {name: _Table(settings.table(name)) for name in (*TABLES, compile.PARTIALS)}
+        self._tables = {name: _Table(settings.table(name)) for name in tables(settings)}
         self._tables.update({batch_relation(name): _Table(path)
                              for name, path in versions.serving(settings, self._views, {}).items()})
         self._copies = itertools.count()

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from batch_layer import versions
 from infra.settings import Settings
-from serving_layer.engine import TABLES
+from serving_layer.engine import tables
 from serving_layer.merge import batch_relation, merged_views, speed_sql
 from views import all_views, compile
 from views.model import View
@@ -55,7 +55,7 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
             relations[name] = sql.read.format("delta").load(path)
             relations[name].createOrReplaceTempView(name)
 
-    for name in (*TABLES, compile.PARTIALS):  # the ledger before the version pointers (batch_layer.versions)
+    for name in tables(settings):  # the ledger before the version pointers (batch_layer.versions)
         register(name, settings.table(name))
     for name, path in versions.serving(settings, views).items():
         register(batch_relation(name), path)

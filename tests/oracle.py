@@ -1,4 +1,5 @@
-"""An independent plain-Python computation of every view, from the records a producer sent.
+"""An independent plain-Python computation of every clickstream view, from the records a producer sent
+(its event, window and changelog helpers serve the ads domain's oracle, tests/ads_oracle.py, too).
 
 It shares nothing with the Spark code but the event format: it parses the JSON itself, keeps the first
 sent copy of each event_id, and sessionizes, joins and buckets by the design's words, one view at a time.
@@ -37,47 +38,58 @@ def events(records: list[Record]) -> list[dict]:
     return result
 
 
-def _floor(moment: datetime, size: timedelta) -> datetime:
+def floor(moment: datetime, size: timedelta) -> datetime:
     return moment - (moment - EPOCH) % size
 
 
-def _changes(products: list[Record]) -> dict[str, list[tuple[datetime, int, str]]]:
-    """Per product, its changes as (time, position, category or "unknown" for a deletion)."""
+def _changes(changelog: list[Record], field: str) -> dict[str, list[tuple[datetime, int, str]]]:
+    """Per key of a dimension's changelog, its changes as (time, position, ``field`` or "unknown" for a
+    deletion)."""
     changes = defaultdict(list)
-    for position, record in enumerate(products):
-        product = record.key.decode()
+    for position, record in enumerate(changelog):
+        key = record.key.decode()
         if record.value is None:
-            changes[product].append((record.send_at, position, "unknown"))
+            changes[key].append((record.send_at, position, "unknown"))
         else:
             change = json.loads(record.value)
-            changes[product].append((_utc(change["updated_at"]), position, change["category"]))
+            changes[key].append((_utc(change["updated_at"]), position, change[field]))
     return changes
 
 
-def category_as_of(products: list[Record]) -> Callable[[dict], str]:
-    """An event's product category as of its time: the latest change at or before it."""
-    changes = _changes(products)
+def as_of(changelog: list[Record], key: str, field: str) -> Callable[[dict], str]:
+    """An event's dimension ``field`` (by its ``key``) as of its time: the latest change at or before it."""
+    changes = _changes(changelog, field)
 
-    def category(event: dict) -> str:
-        valid = [c for c in changes.get(event["product_id"], []) if c[0] <= event["time"]]
+    def value(event: dict) -> str:
+        valid = [c for c in changes.get(event[key], []) if c[0] <= event["time"]]
         return max(valid)[2] if valid else "unknown"
-    return category
+    return value
+
+
+def latest(changelog: list[Record], key: str, field: str) -> Callable[[dict], str]:
+    """An event's dimension ``field`` (by its ``key``) as the changelog ends, whatever the event's time."""
+    changes = _changes(changelog, field)
+    return lambda event: max(changes[event[key]])[2] if changes.get(event[key]) else "unknown"
+
+
+def category_as_of(products: list[Record]) -> Callable[[dict], str]:
+    """A purchase's product category as of its time."""
+    return as_of(products, "product_id", "category")
 
 
 def latest_category(products: list[Record]) -> Callable[[dict], str]:
-    """An event's product category as the changelog ends, whatever the event's time."""
-    changes = _changes(products)
-    return lambda event: max(changes[event["product_id"]])[2] if changes.get(event["product_id"]) else "unknown"
+    """A purchase's product category as the products changelog ends."""
+    return latest(products, "product_id", "category")
 
 
-def _of(valid: list[dict], *types: str) -> list[dict]:
+def of_type(valid: list[dict], *types: str) -> list[dict]:
     return [e for e in valid if e["event_type"] in types]
 
 
 def _page_views(valid: list[dict]) -> dict:
     views, users = defaultdict(int), defaultdict(set)
-    for event in _of(valid, "page_view"):
-        key = (_floor(event["time"], MINUTE), event["page"])
+    for event in of_type(valid, "page_view"):
+        key = (floor(event["time"], MINUTE), event["page"])
         views[key] += 1
         users[key].add(event["user_id"])
     return {key: (views[key], len(users[key])) for key in views}
@@ -86,14 +98,14 @@ def _page_views(valid: list[dict]) -> dict:
 def _active_users(valid: list[dict]) -> dict:
     users = defaultdict(set)
     for event in valid:
-        users[(_floor(event["time"], HOUR),)].add(event["user_id"])
+        users[(floor(event["time"], HOUR),)].add(event["user_id"])
     return {key: (len(found),) for key, found in users.items()}
 
 
 def _revenue(valid: list[dict], category: Callable[[dict], str]) -> dict:
     totals = defaultdict(lambda: [0, 0, Decimal(0)])
-    for event in _of(valid, "purchase"):
-        total = totals[(_floor(event["time"], HOUR), category(event))]
+    for event in of_type(valid, "purchase"):
+        total = totals[(floor(event["time"], HOUR), category(event))]
         total[0] += 1
         total[1] += event["quantity"]
         total[2] += Decimal(str(event["amount"]))
@@ -102,11 +114,11 @@ def _revenue(valid: list[dict], category: Callable[[dict], str]) -> dict:
 
 def _search_ctr(valid: list[dict]) -> dict:
     clicks = defaultdict(list)
-    for click in _of(valid, "click"):
+    for click in of_type(valid, "click"):
         clicks[click["session_id"], click["query"]].append(click["time"])
     counts = defaultdict(lambda: [0, 0])
-    for search in _of(valid, "search"):
-        count = counts[(_floor(search["time"], HOUR), search["query"])]
+    for search in of_type(valid, "search"):
+        count = counts[(floor(search["time"], HOUR), search["query"])]
         count[0] += 1
         count[1] += any(timedelta() <= t - search["time"] <= 30 * MINUTE
                         for t in clicks[search["session_id"], search["query"]])
@@ -124,7 +136,7 @@ def _sessions(valid: list[dict]) -> dict:
         count = 0
         for moment in moments + [None]:
             if moment is None or moment - last >= 30 * MINUTE:
-                sessions[(_floor(first, HOUR),)].append(((last - first).total_seconds(), count))
+                sessions[(floor(first, HOUR),)].append(((last - first).total_seconds(), count))
                 first, count = moment, 0
             if moment is not None:
                 last, count = moment, count + 1
@@ -134,9 +146,9 @@ def _sessions(valid: list[dict]) -> dict:
 
 def _trending(valid: list[dict]) -> dict:
     totals = defaultdict(lambda: [0, Decimal(0)])
-    for event in _of(valid, "purchase"):
+    for event in of_type(valid, "purchase"):
         for back in range(10):
-            total = totals[(_floor(event["time"], MINUTE) - back * MINUTE, event["product_id"])]
+            total = totals[(floor(event["time"], MINUTE) - back * MINUTE, event["product_id"])]
             total[0] += 1
             total[1] += Decimal(str(event["amount"]))
     return {key: tuple(total) for key, total in totals.items()}
@@ -144,8 +156,8 @@ def _trending(valid: list[dict]) -> dict:
 
 def _carts(valid: list[dict]) -> dict:
     carts, users = defaultdict(int), defaultdict(set)
-    for event in _of(valid, "add_to_cart"):
-        key = (_floor(event["time"], HOUR), event["product_id"])
+    for event in of_type(valid, "add_to_cart"):
+        key = (floor(event["time"], HOUR), event["product_id"])
         carts[key] += 1
         users[key].add(event["user_id"])
     return {key: (carts[key], len(users[key])) for key in carts}

@@ -25,7 +25,7 @@ def domain(name: str = DEFAULT_DOMAIN) -> Domain:
     try:
         declared = importlib.import_module(f"domains.{name}").DOMAIN
     except (ModuleNotFoundError, AttributeError):
-        known = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__)]
+        known = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__) if info.ispkg]
         raise ValueError(f"unknown domain {name!r} (setting domain); known: {', '.join(known)}") from None
     return declared
 

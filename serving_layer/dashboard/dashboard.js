@@ -98,6 +98,7 @@ async function main() {
     ` · dead letters ${report.dead_letters}`;
   views = Object.fromEntries(listing.map((v) => [v.name, v]));
   $("view").replaceChildren(...listing.map((v) => new Option(v.name, v.name)));
+  $("sql").value = `SELECT * FROM ${listing[0].name} ORDER BY window_start DESC LIMIT 20`;
   $("view").addEventListener("change", showView);
   $("measure").addEventListener("change", showView);
   $("run").addEventListener("click", runQuery);

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from domains.clickstream import PRODUCTS, generator
-
+from domains.sample import Mix, counts
 from infra import kafka, processes, producer, services
 from serving_layer import engine
 from tests import browser, oracle
@@ -63,11 +63,11 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     today = timebase.day_start(now.date())
     first = today - timedelta(days=HISTORY_DAYS)
     history = generator.generate(first, today, 1200 * HISTORY_DAYS, seed=3,
-                                 mix=generator.Mix(late=0.05, duplicate=0.05, malformed=0.03))
+                                 mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
     recent = generator.generate(max(today, now - timedelta(minutes=30)), now, 400, seed=4, shaped=False,
-                                mix=generator.Mix(late=0, duplicate=0.05, malformed=0.03))
+                                mix=Mix(late=0, duplicate=0.05, malformed=0.03))
     records = history + recent
-    kinds = generator.counts(records)
+    kinds = counts(records)
     assert kinds["late"] and kinds["duplicate"] and kinds["malformed"]
 
     changes = generator.products(first, now, seed=3)
@@ -130,7 +130,7 @@ def _late_events_reach_the_merged_view(airflow_service, records: list, category,
     settings, client = airflow_service.settings, airflow_service.client
     yesterday = today - timedelta(days=1)
     late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
-                              shaped=False, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+                              shaped=False, mix=Mix(late=0, duplicate=0, malformed=0))
     def counted() -> int:  # history sent in one go may have been counted late too, when partitions ran apart
         _, [(events,)] = engine.query(settings, (
             "SELECT coalesce(sum(events), 0) FROM late_events "

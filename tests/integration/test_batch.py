@@ -10,7 +10,8 @@ import pytest
 from batch_layer import quality, versions
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
-from domains.clickstream.generator import Mix, generate
+from domains.clickstream.generator import generate
+from domains.sample import Mix
 from tests import oracle
 from tests.integration.records import land
 from views import compile, get, timebase

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from batch_layer.recompute import recompute_view
-from domains.clickstream.generator import Mix, generate
+from domains.clickstream.generator import generate
+from domains.sample import Mix
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle

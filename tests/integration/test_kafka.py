@@ -1,5 +1,5 @@
 """The Kafka broker's lifecycle (a second start is harmless, stop leaves nothing, a busy port is named),
-and `lambdalake produce --products` on it."""
+and `lambdalake produce --changelog` on it."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def test_produce_products_publishes_the_changelog(tmp_path, broker):
     (tmp_path / "settings.json").write_text(json.dumps(overrides))
     settings = load(tmp_path)
     kafka.ensure_topics(settings)
-    done = subprocess.run([sys.executable, "-m", "serving_layer.cli", "produce", "--days", "1", "--per-day", "50",
-                           "--products"], capture_output=True, text=True, cwd=REPO, timeout=120,
+    done = subprocess.run([sys.executable, "-m", "lambdalake.cli", "produce", "--days", "1", "--per-day", "50",
+                           "--changelog"], capture_output=True, text=True, cwd=REPO, timeout=120,
                           env={**os.environ, "LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     consumer = KafkaConsumer(settings.topic_of("products"), bootstrap_servers=settings.kafka_bootstrap,

@@ -87,7 +87,7 @@ def test_dimension_intervals_follow_updated_at_not_arrival(spark):
 
 
 def test_a_changelog_file_lands_as_the_dimension_its_lines_describe(spark, tmp_path):
-    """``lambdalake produce --products --from-file``'s records, as the products query parses them."""
+    """``lambdalake produce --changelog products --from-file``'s records, as the products query parses them."""
     path = tmp_path / "changes.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in [
         {"product_id": "p1", "category": "shoes", "price": 9.99, "updated_at": T0.isoformat()},

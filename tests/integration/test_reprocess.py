@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 from batch_layer import reprocess, versions
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
-from domains.clickstream.generator import Mix, generate
+from domains.clickstream.generator import generate
+from domains.sample import Mix
 from serving_layer import engine
 from tests import oracle
 from tests.integration.records import land

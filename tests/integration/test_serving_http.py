@@ -12,6 +12,7 @@ import requests
 
 from batch_layer.recompute import recompute_view
 from domains.clickstream import generator
+from domains.sample import Mix
 from infra import processes, services
 from infra.settings import load
 from serving_layer import engine
@@ -38,7 +39,7 @@ def served(spark, deployment, tmp_path_factory):
     """A running `lambdalake serve` over two days of events: the first final (batch), the second provisional."""
     settings = _home(tmp_path_factory, deployment, "served", serve_port=18000)
     records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
-                                 mix=generator.Mix(late=0, duplicate=0.05, malformed=0.05))
+                                 mix=Mix(late=0, duplicate=0.05, malformed=0.05))
     views = all_views(settings.view_modules, settings.domain)
     queries.ensure_tables(spark, settings)
     Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
@@ -159,6 +160,8 @@ def test_dashboard_charts_final_and_provisional_rows_and_runs_a_query(served):
         assert "final (batch)" in legend and "provisional (speed)" in legend
         assert "dead letters" in browser.find_element(By.ID, "health").text
         sql = browser.find_element(By.ID, "sql")
+        first = browser.find_element(By.ID, "view").get_attribute("value")  # the example query reads the first view
+        assert sql.get_attribute("value") == f"SELECT * FROM {first} ORDER BY window_start DESC LIMIT 20"
         sql.clear()
         sql.send_keys("SELECT page, sum(views) AS views FROM page_views_per_minute GROUP BY page ORDER BY page")
         browser.find_element(By.ID, "run").click()

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from domains.clickstream import generator
+from domains.sample import Mix
 from infra import kafka, processes, producer, services
 from infra.producer import Record
 from infra.settings import load
@@ -25,7 +26,6 @@ from tests.compare import within_sketch_error
 from views import timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def home(tmp_path, broker):
     services.stop_speed(settings)
 
 
-def _recent(count: int, seed: int, mix: generator.Mix) -> list[Record]:
+def _recent(count: int, seed: int, mix: Mix) -> list[Record]:
     """Records whose event times all lie within the last 8 minutes: none is behind the watermark."""
     now = datetime.now(timebase.UTC)
     return generator.generate(now - timedelta(minutes=8), now, count, seed=seed, mix=mix, shaped=False)
@@ -97,7 +97,7 @@ def _kill_9(settings) -> None:
 
 
 def test_kill_9_five_times_during_100k_events_loses_and_repeats_nothing(home):
-    records = _recent(100_000, seed=21, mix=generator.Mix(late=0, duplicate=0.02, malformed=0.005))
+    records = _recent(100_000, seed=21, mix=Mix(late=0, duplicate=0.02, malformed=0.005))
     sender = threading.Thread(target=_stream, args=(home, records), daemon=True)
     rng = random.Random(5)
     services.start_speed(home)
@@ -114,7 +114,7 @@ def test_kill_9_five_times_during_100k_events_loses_and_repeats_nothing(home):
 
 
 def test_broker_restart_mid_stream(home, broker):
-    records = _recent(20_000, seed=22, mix=generator.Mix(late=0))
+    records = _recent(20_000, seed=22, mix=Mix(late=0))
     half = len(records) // 2
     services.start_speed(home)
     producer.send(home, records[:half])
@@ -153,7 +153,7 @@ def _fuzzed(rng: random.Random, good: bytes) -> bytes:
 
 def test_ten_thousand_fuzzed_bad_records_are_dead_lettered_and_stop_nothing(home):
     rng = random.Random(9)
-    good = _recent(10_000, seed=23, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    good = _recent(10_000, seed=23, mix=Mix(late=0, duplicate=0, malformed=0))
     mixed = []
     for record in good:
         mixed.append(record)
@@ -179,7 +179,7 @@ def test_watchdog_restarts_a_dead_speed_layer_unless_held(home):
 
 
 def test_lost_checkpoint_stops_with_the_ways_out_and_resumes_from_tables(home):
-    records = _recent(3000, seed=24, mix=generator.Mix(late=0))
+    records = _recent(3000, seed=24, mix=Mix(late=0))
     services.start_speed(home)
     producer.send(home, records[:1500])
     services.wait_for_landing(home)
@@ -196,7 +196,7 @@ def test_lost_checkpoint_stops_with_the_ways_out_and_resumes_from_tables(home):
 def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_ways_out(home):
     from kafka import KafkaAdminClient, TopicPartition
 
-    records = _recent(600, seed=25, mix=generator.Mix(late=0, duplicate=0, malformed=0))
+    records = _recent(600, seed=25, mix=Mix(late=0, duplicate=0, malformed=0))
     services.start_speed(home)
     producer.send(home, records[:300])
     services.wait_for_landing(home)

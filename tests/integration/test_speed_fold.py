@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 from batch_layer.recompute import LEDGER
 from batch_layer.stale import stale_days
 from domains.clickstream import generator
-from domains.clickstream.generator import Mix
+from domains.sample import Mix
 from infra.producer import Record
 from infra.settings import load
 from speed_layer import queries

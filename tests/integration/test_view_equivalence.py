@@ -1,16 +1,17 @@
-"""Every view, computed three ways from one messy event set, against the independent oracle
-(tests/oracle.py): out-of-order, late, resent and malformed events, with products changing mid-stream.
+"""Every view of every bundled domain, computed three ways from one messy event set, against the
+domain's independent oracle (tests/oracle.py, tests/ads_oracle.py): out-of-order, late, resent and
+malformed events, with the dimension changing mid-stream.
 
 a. the batch path (the batch layer's recompute, day by day) equals the oracle exactly;
 b. the streaming path (the speed layer's own fold of each micro-batch, fed the Kafka records in
    micro-batches, and the serving layer's merge of its partials) equals the oracle of what it could
-   see: events behind the watermark are left to batch, the category is the latest the speed layer
-   knew, and distinct counts are within the sketch's error;
+   see: events behind the watermark are left to batch, the dimension's value is the latest the speed
+   layer knew, and distinct counts are within the sketch's error;
 c. the merged view, with the boundary at a seeded random day, equals batch before it and speed from it
    (through DuckDB, and through Spark SQL with the same rows),
    and equals the oracle exactly once batch has run for every day.
 
-Each seed draws its own days, events, product changes, micro-batch cuts and boundary.
+Each seed draws its own days, events, dimension changes, micro-batch cuts and boundary.
 """
 
 from __future__ import annotations
@@ -19,27 +20,59 @@ import json
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Callable
 
 import pytest
 
 from batch_layer.recompute import recompute_view
-from domains.clickstream import generator
-from domains.clickstream.generator import Mix
+from domains.ads import generator as ads_generator
+from domains.clickstream import generator as clickstream_generator
+from domains.sample import Mix
 from infra.producer import Record
 from infra.settings import load
+from serving_layer import spark_sql
 from speed_layer import queries
 from speed_layer.fold import Fold
-from serving_layer import spark_sql
-from tests import oracle
+from tests import ads_oracle, oracle
 from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
 from tests.integration.records import kafka_rows
-from views import all_views, changelog, events, timebase
+from views import all_views, changelog, domain, events, timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SEEDS = (5, 8)
 FLUSH_AFTER = timedelta(hours=2)
+
+
+def _event(at: datetime, **fields) -> Record:
+    return Record(at, b"flusher", json.dumps({**fields, "event_time": at.isoformat().replace("+00:00", "Z")}).encode(),
+                  "valid")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A bundled domain under test: its generator, its oracle and the views the test deployment adds."""
+
+    domain: str
+    seeds: tuple[int, ...]
+    generator: object
+    #: records -> {view: {key: measures}}, given each event's dimension value
+    oracle: Callable
+    as_of: Callable
+    latest: Callable
+    #: An event far ahead of the data, at a time: it moves the watermark past every window of interest.
+    flush: Callable[[datetime], Record]
+    view_modules: tuple[str, ...] = ()
+
+
+CASES = (
+    Case("clickstream", (5, 8), clickstream_generator, oracle.views, oracle.category_as_of, oracle.latest_category,
+         lambda at: _event(at, event_id=f"flush-{at:%H%M}", event_type="page_view", user_id="flusher",
+                           session_id="flush", page="/"),
+         EXTRA_VIEWS),
+    Case("ads", (3,), ads_generator, ads_oracle.views, ads_oracle.campaign_as_of, ads_oracle.latest_campaign,
+         lambda at: _event(at, event_id=f"flush-{at:%H%M}", event_type="purchase", user_id="flusher", ad_id="ad0")),
+)
 
 
 @dataclass
@@ -55,13 +88,6 @@ class Run:
     final: dict           # view -> rows of the merged view, batch run for every day
 
 
-def _flush(at: datetime) -> Record:
-    """A page view far ahead of the data: it moves the watermark past every window of interest."""
-    event = {"event_id": f"flush-{at:%H%M}", "event_type": "page_view", "user_id": "flusher",
-             "session_id": "flush", "page": "/", "event_time": at.isoformat().replace("+00:00", "Z")}
-    return Record(at, b"flusher", json.dumps(event).encode(), "valid")
-
-
 def _time(record: Record) -> datetime | None:
     try:
         return datetime.fromisoformat(json.loads(record.value)["event_time"]).astimezone(timebase.UTC)
@@ -69,23 +95,24 @@ def _time(record: Record) -> datetime | None:
         return None
 
 
-def _speed_run(spark, settings, views, records, changes, cuts, watermark):
-    """Fold the records into the speed layer in micro-batches (products landed up to each one's first
-    send time), as its streaming query does; return the speed rows the serving layer merges from its
-    partials, the oracle input the speed layer could see and its categories."""
+def _speed_run(spark, settings, views, records, changes, cuts, watermark, latest):
+    """Fold the records into the speed layer in micro-batches (the dimension landed up to each one's
+    first send time), as its streaming query does; return the speed rows the serving layer merges from
+    its partials, the oracle input the speed layer could see and each event's dimension value."""
+    [dimension] = domain(settings.domain).dimensions
     spark_rows = kafka_rows(records)
-    changes_rows = kafka_rows(changes, topic=settings.topic_of(PRODUCTS.topic), partitions=1)
+    changes_rows = kafka_rows(changes, topic=settings.topic_of(dimension.topic), partitions=1)
     queries.ensure_tables(spark, settings)
     fold = Fold(spark, settings, list(views.values()), "equivalence")
-    seen, category_of, newest, landed_changes = [], {}, None, []
+    seen, value_of, newest, landed_changes = [], {}, None, []
     for batch_id, (first, last) in enumerate(zip(cuts, cuts[1:])):
         known = [c for c in changes if c.send_at < records[first].send_at]
         if len(known) != len(landed_changes):
             landed_changes = known
-            parsed = changelog.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD), PRODUCTS)
-            changelog.dimension(changelog.changes(parsed, PRODUCTS), PRODUCTS).write.format("delta").mode(
-                "overwrite").save(settings.table(PRODUCTS.name))
-        latest = oracle.latest_category(known)
+            parsed = changelog.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD), dimension)
+            changelog.dimension(changelog.changes(parsed, dimension), dimension).write.format("delta").mode(
+                "overwrite").save(settings.table(dimension.name))
+        value = latest(known)
         mark = newest - watermark if newest else None  # the watermark: from the micro-batches before
         for record in records[first:last]:
             when = _time(record) if record.kind != "malformed" else None
@@ -93,36 +120,39 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark):
                 continue
             if mark is None or when >= mark:
                 seen.append(record)
-                category_of.setdefault(json.loads(record.value)["event_id"], latest)
+                value_of.setdefault(json.loads(record.value)["event_id"], value)
             newest = max(newest or when, when)
         fold(spark.createDataFrame(spark_rows[first:last], events.KAFKA_RECORD), batch_id)
-    return _merged(settings, views), seen, lambda event: category_of[event["event_id"]](event)
+    return _merged(settings, views), seen, lambda event: value_of[event["event_id"]](event)
 
 
 def _merged(settings, views) -> dict:
     return {name: merged_rows(settings, view) for name, view in views.items()}
 
 
-@pytest.fixture(scope="module", params=SEEDS, ids=lambda seed: f"seed{seed}")
+@pytest.fixture(scope="module")
 def run(request, spark, deployment, tmp_path_factory) -> Run:
-    rng = random.Random(request.param)
-    home = tmp_path_factory.mktemp(f"equivalence-{request.param}")
-    (home / "settings.json").write_text((deployment.home / "settings.json").read_text())
+    """One seed's run of one domain's case (``request.param``: (case, seed))."""
+    case, seed = request.param
+    rng = random.Random(seed)
+    home = tmp_path_factory.mktemp(f"equivalence-{case.domain}-{seed}")
+    settings_json = {**json.loads((deployment.home / "settings.json").read_text()),
+                     "domain": case.domain, "view_modules": list(case.view_modules)}
+    (home / "settings.json").write_text(json.dumps(settings_json))
     settings = load(home)
     views = all_views(settings.view_modules, settings.domain)
     start = timebase.day_start(datetime(2026, 3, 1).date() + timedelta(days=rng.randrange(200)))
     end = start + timedelta(days=2)
-    records = generator.generate(start, end, 1600, seed=request.param,
-                                 mix=Mix(late=0.04, duplicate=0.05, malformed=0.03))
-    records += [_flush(end + FLUSH_AFTER), _flush(end + FLUSH_AFTER + timedelta(minutes=1))]
-    changes = generator.products(start, end, seed=request.param)
+    records = case.generator.generate(start, end, 1600, seed=seed, mix=Mix(late=0.04, duplicate=0.05, malformed=0.03))
+    records += [case.flush(end + FLUSH_AFTER), case.flush(end + FLUSH_AFTER + timedelta(minutes=1))]
+    [changes] = case.generator.changelogs(start, end, seed=seed).values()
     # two micro-batches of data cut at a random point, the first flush riding on the second; the last
     # flush is a micro-batch of its own, in which the first flush's watermark closes every window
     cuts = [0, rng.randrange(len(records) // 4, len(records) * 3 // 4), len(records) - 1, len(records)]
     watermark = timedelta(minutes=10)
     assert settings.watermark == "10 minutes"
 
-    speed, seen, speed_category = _speed_run(spark, settings, views, records, changes, cuts, watermark)
+    speed, seen, speed_value = _speed_run(spark, settings, views, records, changes, cuts, watermark, case.latest)
 
     first_day = start - timedelta(days=1)  # late events may belong to the day before
     boundary = start + timedelta(days=rng.choice((1, 2)))
@@ -135,16 +165,19 @@ def run(request, spark, deployment, tmp_path_factory) -> Run:
     last_day = timebase.day_start((end + FLUSH_AFTER).date()) + timedelta(days=1)
     for view in views.values():
         recompute_view(spark, settings, view, boundary, last_day)
-    return Run(views=views, expected=oracle.views(records, oracle.category_as_of(changes)),
-               seen_by_speed=oracle.views(seen, speed_category), closed=end + FLUSH_AFTER - watermark,
+    return Run(views=views, expected=case.oracle(records, case.as_of(changes)),
+               seen_by_speed=case.oracle(seen, speed_value), closed=end + FLUSH_AFTER - watermark,
                boundary=boundary, speed=speed, merged=merged, spark_merged=spark_merged,
                final=_merged(settings, views))
 
 
-NAMES = list(all_views(EXTRA_VIEWS))
+#: (case, seed) of each run, and the view names each test takes from it.
+RUNS = [pytest.param((case, seed), name, id=f"{case.domain}-seed{seed}-{name}")
+        for case in CASES for seed in case.seeds for name in all_views(case.view_modules, case.domain)]
+each_view_of_each_run = pytest.mark.parametrize("run,name", RUNS, indirect=["run"])
 
 
-@pytest.mark.parametrize("name", NAMES)
+@each_view_of_each_run
 def test_batch_equals_oracle(run, name):
     view = run.views[name]
     rows = run.final[name]
@@ -155,7 +188,7 @@ def test_batch_equals_oracle(run, name):
         assert_measures(view, row, run.expected[name][key], key, approximate=False)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@each_view_of_each_run
 def test_speed_equals_oracle_for_closed_windows(run, name):
     view = run.views[name]
     closed = {k: v for k, v in run.speed[name].items() if v["window_end"] <= run.closed}
@@ -165,7 +198,7 @@ def test_speed_equals_oracle_for_closed_windows(run, name):
         assert_measures(view, row, expected[key], key, approximate=True)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@each_view_of_each_run
 def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name):
     view = run.views[name]
     rows = run.merged[name]
@@ -182,7 +215,7 @@ def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name
         assert_measures(view, row, run.seen_by_speed[name][key], key, approximate=True)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@each_view_of_each_run
 def test_spark_sql_returns_the_rows_the_serving_engine_returns(run, name):
     duck, spark = run.merged[name], run.spark_merged[name]
     assert set(spark) == set(duck) and duck

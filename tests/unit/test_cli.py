@@ -12,7 +12,7 @@ pytestmark = pytest.mark.processes
 
 
 def run(home, *args):
-    return subprocess.run([sys.executable, "-m", "serving_layer.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "lambdalake.cli", *args], capture_output=True, text=True,
                           cwd=REPO, env={"LAMBDALAKE_HOME": str(home), "PYTHONPATH": str(REPO),
                                          "PATH": "/usr/bin:/bin"}, timeout=120)
 
@@ -48,6 +48,23 @@ def test_reprocess_mistakes_exit_1_with_one_line(tmp_path, args, needle):
     done = run(tmp_path, "reprocess", *args)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--changelog", "shoes", "--days", "1"), "domain clickstream has no dimension 'shoes'; it has products"),
+])
+def test_produce_mistakes_exit_1_with_one_line(tmp_path, args, needle):
+    done = run(tmp_path, "produce", *args)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+def test_an_unknown_domain_is_named_with_the_known_ones(tmp_path):
+    (tmp_path / "settings.json").write_text(json.dumps({"domain": "shop"}))
+    done = run(tmp_path, "views")
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and "unknown domain 'shop'" in done.stderr
+    assert "ads" in done.stderr and "clickstream" in done.stderr
 
 
 def test_query_formats(tmp_path):

@@ -8,10 +8,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from serving_layer import deadletters as dl
-from serving_layer.deadletters import corrections, queries
-from serving_layer.deadletters.corrections import Coordinates, DeadLetter, Request
-from serving_layer.deadletters.replay import REPLAYS_SCHEMA
+from lambdalake import deadletters as dl
+from lambdalake.deadletters import corrections, queries
+from lambdalake.deadletters.corrections import Coordinates, DeadLetter, Request
+from lambdalake.deadletters.replay import REPLAYS_SCHEMA
 from tests import dead_letter_rows
 from tests.dead_letter_rows import FUTURE, T0
 

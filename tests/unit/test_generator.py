@@ -1,7 +1,8 @@
 import json
 from datetime import datetime, timedelta
 
-from domains.clickstream.generator import Mix, counts, generate
+from domains.clickstream.generator import generate
+from domains.sample import Mix, counts
 from views.timebase import UTC
 
 START = datetime(2026, 11, 20, tzinfo=UTC)

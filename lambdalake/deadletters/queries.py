@@ -11,7 +11,7 @@ from typing import Callable
 
 from infra.settings import Settings
 from serving_layer import engine
-from serving_layer.deadletters.corrections import Coordinates, DeadLetter
+from lambdalake.deadletters.corrections import Coordinates, DeadLetter
 
 DEAD_LETTERS, REPLAYS = "dead_letters", "dead_letter_replays"
 #: Payload characters shown in a listing.

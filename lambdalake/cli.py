@@ -52,15 +52,16 @@ def _parser() -> Parser:
     status.add_argument("--json", action="store_true")
     produce = sub.add_parser("produce", help="send events to Kafka, from a file or the generator")
     produce.add_argument("--from-file", type=Path, metavar="F",
-                         help="a JSONL file, one event per line (with --products: one product change per line)")
+                         help="a JSONL file, one event per line (with --changelog: one change per line)")
     produce.add_argument("--days", type=_positive(int), help="generate this many days of history up to now")
     produce.add_argument("--per-day", type=_positive(int), default=2000, help="history events per day")
     produce.add_argument("--rate", type=_positive(float), help="live events per second")
     produce.add_argument("--duration", type=_positive(float), default=30, help="live seconds (default 30)")
-    produce.add_argument("--products", action="store_true",
-                         help="send the products changelog to the products topic: from --from-file (a line "
-                              "{\"product_id\": P, \"deleted\": true} deletes P), or generated (creations, price "
-                              "and category changes, deletions) over the span of --days/--rate, beside those events")
+    produce.add_argument("--changelog", nargs="?", const="", metavar="DIMENSION",
+                         help="send a dimension's changelog (the domain's only one if unnamed) to its topic: from "
+                              "--from-file (a line {\"<key>\": K, \"deleted\": true} deletes K), or generated "
+                              "(creations, changes, deletions; every dimension's if unnamed) over the span of "
+                              "--days/--rate, beside those events")
     produce.add_argument("--seed", type=int, default=7)
     speed = sub.add_parser("speed", help="control the speed layer's process")
     speed.add_argument("action", choices=("start", "stop", "restart", "status", "compact"))
@@ -111,39 +112,59 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
         print(f"({len(rows)} row{'s' * (len(rows) != 1)})")
 
 
+def _dimensions(settings, name: str | None, from_file: bool) -> list:
+    """The dimensions whose changelog ``produce --changelog [name]`` sends."""
+    from views import domain
+
+    declared = {d.name: d for d in domain(settings.domain).dimensions}
+    if name is None:
+        return []
+    if name and name not in declared:
+        raise ValueError(f"--changelog: domain {settings.domain} has no dimension {name!r}; "
+                         f"it has {', '.join(declared) or 'none'}")
+    if not name and from_file and len(declared) != 1:
+        raise ValueError(f"--changelog --from-file: name the dimension, one of {', '.join(declared) or 'none'}")
+    return [declared[name]] if name else list(declared.values())
+
+
 def _produce(settings, args) -> None:
-    from domains.clickstream import PRODUCTS, generator
+    from domains import generator
+    from domains.sample import counts
     from infra import producer
     from views.timebase import UTC
 
     if not (args.from_file or args.days or args.rate):
         raise ValueError("produce needs --from-file F, --days D or --rate N")
-    now = datetime.now(UTC)
-    if args.products and args.from_file:
-        read = producer.read_file(args.from_file, now, key="product_id", changelog=True)
-        sent = producer.send_changelog(settings, read.records, settings.topic_of(PRODUCTS.topic))
-        print(f"products changelog: sent {sent} from {args.from_file} to {settings.topic_of(PRODUCTS.topic)}: "
+    now, generated = datetime.now(UTC), generator(settings.domain)
+    dimensions = _dimensions(settings, args.changelog, bool(args.from_file))
+    if dimensions and args.from_file:
+        [dimension] = dimensions
+        read = producer.read_file(args.from_file, now, key=dimension.key, changelog=True)
+        topic = settings.topic_of(dimension.topic)
+        sent = producer.send_changelog(settings, read.records, topic)
+        print(f"{dimension.name} changelog: sent {sent} from {args.from_file} to {topic}: "
               f"{sum(r.value is None for r in read.records)} deletions" + (f"; {read.report()}" if read.report() else ""))
-    elif args.products:
-        start = now - timedelta(days=args.days or 0)
-        changes = generator.products(start, now + timedelta(seconds=args.duration if args.rate else 0), seed=args.seed)
-        sent = producer.send_changelog(settings, changes, settings.topic_of(PRODUCTS.topic))
-        print(f"products changelog: sent {sent} to {settings.topic_of(PRODUCTS.topic)}: "
-              f"{sum(c.value is None for c in changes)} deletions")
-    if args.from_file and not args.products:
+    elif dimensions:
+        start, end = now - timedelta(days=args.days or 0), now + timedelta(seconds=args.duration if args.rate else 0)
+        changelogs = generated.changelogs(start, end, seed=args.seed)
+        for dimension in dimensions:
+            changes, topic = changelogs[dimension.name], settings.topic_of(dimension.topic)
+            sent = producer.send_changelog(settings, changes, topic)
+            print(f"{dimension.name} changelog: sent {sent} to {topic}: {sum(c.value is None for c in changes)} deletions")
+    if args.from_file and not dimensions:
         read = producer.read_file(args.from_file, now)
         sent = producer.send(settings, read.records)
         print(f"sent {sent} records from {args.from_file} to {settings.topic}"
               + (f"; {read.report()}" if read.report() else ""))
     if args.days:
-        records = generator.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
+        records = generated.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
         sent = producer.send(settings, records)
-        print(f"history ({args.days} days): sent {sent}: {generator.counts(records)}")
+        print(f"history ({args.days} days): sent {sent}: {counts(records)}")
     if args.rate:
-        records = generator.generate(now, now + timedelta(seconds=args.duration),
+        records = generated.generate(now, now + timedelta(seconds=args.duration),
                                      int(args.rate * args.duration), args.seed + 1, shaped=False)
         sent = producer.send(settings, records, paced_from=now)
-        print(f"live ({args.rate:g}/s for {args.duration:g}s): sent {sent}: {generator.counts(records)}")
+        print(f"live ({args.rate:g}/s for {args.duration:g}s): sent {sent}: {counts(records)}")
 
 
 def _views(settings, as_json: bool) -> None:
@@ -298,7 +319,7 @@ def run(argv: list[str]) -> None:
     elif args.command == "views":
         _views(settings, args.json)
     elif args.command == "deadletters":
-        from serving_layer import deadletters
+        from lambdalake import deadletters
 
         print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit,
                                   from_file=args.from_file, as_json=args.json))

@@ -1,6 +1,6 @@
-"""Dead letters: ``lambdalake deadletters`` lists them by reason (serving_layer.deadletters.queries, through
+"""Dead letters: ``lambdalake deadletters`` lists them by reason (lambdalake.deadletters.queries, through
 the serving engine) and ``deadletters replay`` sends them back through the pipeline
-(serving_layer.deadletters.replay), from a file of corrections (serving_layer.deadletters.corrections)
+(lambdalake.deadletters.replay), from a file of corrections (lambdalake.deadletters.corrections)
 or as they were."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from datetime import datetime
 from pathlib import Path
 
 from infra.settings import Settings
-from serving_layer.deadletters import queries
-from serving_layer.deadletters.corrections import Coordinates
-from serving_layer.deadletters.replay import replay
+from lambdalake.deadletters import queries
+from lambdalake.deadletters.corrections import Coordinates
+from lambdalake.deadletters.replay import replay
 
 
 def _listed(coordinates: list[Coordinates], most: int = 5) -> str:

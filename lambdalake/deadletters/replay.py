@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from infra.settings import Settings
-from serving_layer.deadletters import queries
-from serving_layer.deadletters.corrections import Replay, Request, plan, read_requests
+from lambdalake.deadletters import queries
+from lambdalake.deadletters.corrections import Replay, Request, plan, read_requests
 
 REPLAYS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                             ("replayed_at", pa.timestamp("us", tz="UTC")), ("corrected", pa.bool_())])

@@ -1,0 +1,1 @@
+"""The ads domain's views, one module each, declaring ``VIEW``."""
