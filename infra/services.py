@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 
-from infra import airflow, kafka, processes
+from infra import airflow, kafka, processes, spark_cluster
 from infra.settings import REPO, Settings
 from views import timebase
 
@@ -134,7 +134,8 @@ def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
     if settings.batch_start_date is None:
         first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
         settings = settings.save(batch_start_date=first.isoformat())
-    for name, start in (("Kafka", kafka.start), ("speed layer", start_speed), ("Airflow", airflow.start),
+    cluster = [("Spark cluster", spark_cluster.start)] if settings.spark_master == "standalone" else []
+    for name, start in (("Kafka", kafka.start), *cluster, ("speed layer", start_speed), ("Airflow", airflow.start),
                         ("serving API", start_serving)):
         began = time.monotonic()
         say(f"starting {name} ...")
@@ -150,7 +151,7 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
     """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
     stopped = [name for name, stop in (("serving API", lambda s: processes.stop(s, SERVING)),
                                        ("speed layer", stop_speed), ("Airflow", airflow.stop),
-                                       ("Kafka", kafka.stop)) if stop(settings)]
+                                       ("Spark cluster", spark_cluster.stop), ("Kafka", kafka.stop)) if stop(settings)]
     if purge and settings.home.exists():
         shutil.rmtree(settings.home)
     return stopped
@@ -170,4 +171,6 @@ def status(settings: Settings) -> dict:
         "airflow": airflow.status(settings),
         "serving_api": {"pid": processes.running_pid(settings, SERVING), "url": settings.serve_url,
                         "healthy": serving_healthy(settings)},
+        "spark": {"master": settings.spark_master_url, **({"alive_workers": spark_cluster.alive_workers(settings)}
+                                                           if settings.spark_master == "standalone" else {})},
     }

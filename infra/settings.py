@@ -45,6 +45,13 @@ class Settings:
     #: First day the nightly batch DAG covers (ISO date); written by ``lambdalake up`` if unset.
     batch_start_date: str | None = None
     spark_driver_memory: str = "2g"
+    #: Where Spark runs: ``local[2]`` (in each layer's own process), ``standalone`` (a master and two
+    #: workers that ``lambdalake up`` starts on 127.0.0.1, infra.spark_cluster), or the ``spark://``
+    #: URL of a cluster that runs elsewhere.
+    spark_master: str = "local[2]"
+    spark_master_port: int = 7077
+    #: The standalone master's web UI; its workers' are the next two ports.
+    spark_ui_port: int = 8090
     #: Modules that declare a deployment's own views (one ``VIEW`` each), beside the views package.
     view_modules: tuple[str, ...] = ()
     #: The views the speed layer keeps up to date (None: all of them); the others are batch only.
@@ -130,6 +137,11 @@ class Settings:
     def table(self, name: str) -> str:
         """Path of a Delta table, e.g. ``raw_events``, ``batch/page_views_per_minute``."""
         return str(self.data / name)
+
+    @property
+    def spark_master_url(self) -> str:
+        """The master the layers' Spark sessions connect to."""
+        return f"spark://127.0.0.1:{self.spark_master_port}" if self.spark_master == "standalone" else self.spark_master
 
     def with_overrides(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)

@@ -1,4 +1,5 @@
-"""The SparkSession every layer uses: local mode, Delta Lake and the Kafka source from the jar cache."""
+"""The SparkSession every layer uses: local mode or a cluster (the ``spark_master`` setting), with Delta
+Lake and the Kafka source from the jar cache."""
 
 from __future__ import annotations
 
@@ -15,15 +16,28 @@ def jars() -> list[str]:
     return found
 
 
-def session(settings: Settings, app_name: str, master: str = "local[2]"):
-    """Get or create the process's SparkSession for ``settings``."""
+#: The JIT compiles every method, the large generated ones too: the parse's validation stage is over
+#: HotSpot's 8,000-byte limit, and ran interpreted (its reason column: 1.3 s -> 0.6 s per 200k records).
+JIT = "-XX:-DontCompileHugeMethods"
+#: On a cluster, the cores and memory one application (the speed layer, a batch task) takes, so that
+#: the speed layer and batch runs share it.
+CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.memory": "1g", "spark.executor.extraJavaOptions": JIT}
+
+
+def session(settings: Settings, app_name: str, master: str | None = None):
+    """Get or create the process's SparkSession for ``settings`` (on ``master``, default the
+    ``spark_master`` setting's)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = settings.home / "tmp" / "spark"
     tmp.mkdir(parents=True, exist_ok=True)
+    master = master or settings.spark_master_url
+    builder = SparkSession.builder.master(master)
+    for key, value in ({} if master.startswith("local") else CLUSTER_SHARE).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master(master).appName(app_name)
+        builder.appName(app_name)
         .config("spark.jars", ",".join(jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
@@ -50,9 +64,7 @@ def session(settings: Settings, app_name: str, master: str = "local[2]"):
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        # the JIT compiles every method, the large generated ones too: the parse's validation stage is
-        # over HotSpot's 8,000-byte limit, and ran interpreted (its reason column: 1.3 s -> 0.6 s per 200k)
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} -XX:-DontCompileHugeMethods")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} {JIT}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

@@ -239,6 +239,8 @@ def _status(settings, as_json: bool) -> None:
     print(f"  Airflow login: {settings.airflow_user} / {credentials.airflow_password(settings)}")
     api = report["serving_api"]
     print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
+    spark = report["spark"]
+    print(f"spark        {spark['master']}" + (f"  {spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""))
     print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
           f"{sum(r['events'] for r in report['late_events'])}")
     for row in report["late_events"]:
