@@ -47,6 +47,11 @@ def session(settings: Settings, app_name: str, master: str | None = None):
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # what the driver keeps of finished queries, jobs and stages for its UI's status store: a long
+        # session (the speed layer, the test suite) would otherwise hold a thousand query plans
+        .config("spark.sql.ui.retainedExecutions", "20")
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
         .config("spark.local.dir", str(tmp))
         .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
         # generated code that is the same from one micro-batch to the next is compiled once: room for

@@ -47,7 +47,7 @@ def all_views(extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMA
                 raise ValueError(f"two views are named {view.name!r}; the one in {name} needs another name")
             found[view.name] = view
         else:
-            raise ValueError(f"module {name} declares no VIEW")
+            raise ValueError(f"module {name}{' (setting view_modules)' * (name in extra_modules)} declares no VIEW")
     return dict(sorted(found.items()))
 
 

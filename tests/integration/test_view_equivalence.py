@@ -131,9 +131,25 @@ def _merged(settings, views) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run(request, spark, deployment, tmp_path_factory) -> Run:
-    """One seed's run of one domain's case (``request.param``: (case, seed))."""
-    case, seed = request.param
+def runs(spark, deployment, tmp_path_factory) -> Callable[[Case, int], Run]:
+    """Each (case, seed)'s run, built once for all the tests that compare it."""
+    built: dict[tuple[str, int], Run] = {}
+
+    def get(case: Case, seed: int) -> Run:
+        if (case.domain, seed) not in built:
+            built[case.domain, seed] = _build(spark, deployment, tmp_path_factory, case, seed)
+        return built[case.domain, seed]
+    return get
+
+
+@pytest.fixture
+def run(request, runs) -> Run:
+    """The run of the test's (case, seed) (``request.param``)."""
+    return runs(*request.param)
+
+
+def _build(spark, deployment, tmp_path_factory, case: Case, seed: int) -> Run:
+    """One seed's run of one domain's case."""
     rng = random.Random(seed)
     home = tmp_path_factory.mktemp(f"equivalence-{case.domain}-{seed}")
     settings_json = {**json.loads((deployment.home / "settings.json").read_text()),
