@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra import kafka, spark_cluster, settings as config
+from infra import kafka, settings as config
 from infra.settings import Settings
 from views import timebase
 
@@ -22,8 +22,7 @@ EXTRA_VIEWS = ("tests.extra_view",)
 #: Ports of the test deployment (beside a demo's); LAMBDALAKE_TEST_PORT_SHIFT moves them all, so that
 #: two test runs on one machine do not meet.
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
-PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
-         "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
+PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT}
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
 HISTORY_DAYS = 4
@@ -58,19 +57,6 @@ def spark(deployment):
     session = sparks.session(deployment, "lambdalake-tests")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def on_spark_cluster(deployment) -> Settings:
-    """The deployment on a Spark standalone cluster (a master and two workers on loopback) for one test:
-    the speed layer it starts and Airflow's batch tasks run there; the cluster is stopped afterwards."""
-    path = deployment.home / "settings.json"
-    saved = path.read_text()
-    settings = deployment.save(spark_master="standalone")
-    spark_cluster.start(settings)
-    yield settings
-    path.write_text(saved)
-    assert spark_cluster.stop(settings)
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
-"""End to end on the real parts, Spark on a standalone cluster (a master and two workers): Kafka (events
-and the products changelog) -> speed layer ->
+"""End to end on the real parts: Kafka (events and the products changelog) -> speed layer ->
 raw_events/dead_letters, the products dimension and the speed views; the past days are backfilled from
 Airflow's own UI in headless Chromium (the "Trigger -> Backfill" dialog of batch_recompute) and run by
 its scheduler, which also catches up the nightly run due since the DAG's start date (yesterday); every
@@ -15,7 +14,7 @@ import pytest
 
 from domains.clickstream import PRODUCTS, generator
 from domains.sample import Mix, counts
-from infra import kafka, processes, producer, services, spark_cluster
+from infra import kafka, processes, producer, services
 from serving_layer import engine
 from tests import browser, oracle
 from tests.compare import assert_measures, merged_rows, within_sketch_error
@@ -58,8 +57,8 @@ def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: 
             assert_measures(view, row, expected[name][key], key)
 
 
-def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service, on_spark_cluster):
-    settings = on_spark_cluster
+def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service):
+    settings = airflow_service.settings
     now = datetime.now(timebase.UTC)
     today = timebase.day_start(now.date())
     first = today - timedelta(days=HISTORY_DAYS)
@@ -84,8 +83,6 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
             browser.backfill(chromium, settings, "batch_recompute", past[:-1])
         _assert_caught_up(airflow_service.client, past[-1])
         assert all(days["final"] == {day.date() for day in past} for days in engine.finality(settings).values())
-        ran = spark_cluster.applications(settings)  # the speed layer and the batch tasks ran on the cluster
-        assert "lambdalake-speed" in ran and "lambdalake-batch" in ran, ran
 
         category = oracle.category_as_of(changes)
         expected = oracle.views(records, category)
