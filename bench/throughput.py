@@ -11,21 +11,22 @@ path. Then each job drains the whole topic from its start, in a deployment of it
 All three run with the same trigger (a micro-batch at most every ``trigger_seconds``, back to back
 under a backlog) and ``maxOffsetsPerTrigger`` (a memory guard). A drain's time runs from the start of
 its first micro-batch to the end of the micro-batch that reached Kafka's end offsets, both in Spark's
-own progress reports; JVM and query start-up are left out for every job alike.
+own progress reports; JVM and query start-up are left out for every job alike. Each drain runs in a
+new process, the baseline's too: every job starts with a JVM whose JIT has compiled nothing yet.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
 import psutil
 
-from bench import bare_stream
 from infra import processes, services
-from infra import spark as sparks
 from infra.settings import Settings
 
 TIMEOUT = 1800  # seconds one drain may take
@@ -41,32 +42,19 @@ class Drain:
     steps: dict[str, float] = field(default_factory=dict)
 
 
-def _end(progress_start: str, durations_ms: dict) -> float:
-    return processes.parse_utc(progress_start) + durations_ms.get("triggerExecution", 0) / 1000
+def batch_end(started: str, durations_ms: dict) -> float:
+    """When a micro-batch ended, from its progress report's start time and durations."""
+    return processes.parse_utc(started) + durations_ms.get("triggerExecution", 0) / 1000
 
 
 def bare(settings: Settings, total: int) -> Drain:
-    """Drain the topic with the bare Structured Streaming job, in this process."""
-    spark = sparks.session(settings, "lambdalake-bench-bare")
-    query = bare_stream.start(spark, settings)
-    try:
-        deadline, first = time.monotonic() + TIMEOUT, None
-        while time.monotonic() < deadline:
-            if query.exception():
-                raise RuntimeError(f"the bare stream failed: {query.exception()}")
-            progress = [json.loads(p.json) for p in query.recentProgress]
-            if progress:
-                first = first or progress[0]
-                last = progress[-1]
-                done = sum(o for topic in (last["sources"][0]["endOffset"] or {}).values() for o in topic.values())
-                if done >= total:
-                    return Drain(_end(last["timestamp"], last["durationMs"]) - processes.parse_utc(first["timestamp"]),
-                                 last["batchId"] + 1)
-            time.sleep(0.2)
-        raise TimeoutError(f"the bare stream did not drain {total:,} records in {TIMEOUT}s")
-    finally:
-        query.stop()
-        spark.stop()
+    """Drain the topic with the bare Structured Streaming job, in a process of its own."""
+    done = subprocess.run([sys.executable, "-m", "bench.bare_stream", str(settings.home), str(total)],
+                          capture_output=True, text=True, timeout=TIMEOUT + 120)
+    if done.returncode:
+        raise RuntimeError(f"the bare stream failed:\n{done.stderr[-3000:]}")
+    drained = json.loads(done.stdout.strip().splitlines()[-1])
+    return Drain(drained["seconds"], drained["batches"])
 
 
 def _memory_mb(pid: int) -> float:
@@ -101,7 +89,7 @@ def speed(settings: Settings, total: int) -> Drain:
                 memory.setdefault(min(4, 4 * done // total), _memory_mb(pid))
                 if done >= total:
                     quarters = [memory[q] for q in sorted(memory)]
-                    return Drain(_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
+                    return Drain(batch_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
                                  query["batch_id"] + 1, quarters, steps)
             time.sleep(0.2)
         raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")
