@@ -20,15 +20,8 @@ from pyspark.sql import functions as F
 
 from infra.settings import Settings
 from serving_layer.spark_sql import speed_rows
-from views import timebase
+from views import tables, timebase
 from views.model import View
-
-SCHEMA = pa.schema([
-    ("computed_at", pa.timestamp("us", "UTC")), ("view", pa.string()), ("first_day", pa.date32()),
-    ("last_day", pa.date32()), ("measure", pa.string()), ("speed_windows", pa.int64()), ("batch_windows", pa.int64()),
-    ("added", pa.int64()), ("removed", pa.int64()), ("changed", pa.int64()), ("difference", pa.float64()),
-    ("relative_difference", pa.float64()),
-])
 
 
 def compare(view: View, batch: DataFrame, speed: DataFrame) -> dict:
@@ -63,6 +56,7 @@ def record(spark: SparkSession, settings: Settings, view: View, batch: DataFrame
     counts = [found[k] for k in ("speed_windows", "batch_windows", "added", "removed", "changed")]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
     rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None) for m, (d, t) in found["measures"].items()]
-    write_deltalake(settings.table("corrections"),
-                    pa.Table.from_pylist([dict(zip(SCHEMA.names, row)) for row in rows], SCHEMA), mode="append")
+    schema = tables.CORRECTIONS.schema
+    write_deltalake(tables.CORRECTIONS.path(settings),
+                    pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema), mode="append")
     return found

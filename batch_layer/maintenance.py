@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from infra import storage
 from infra.airflow import parsing_logs, task_logs
 from infra.settings import Settings
 
@@ -25,22 +25,18 @@ from infra.settings import Settings
 SAFE_RETENTION_HOURS = 168
 
 
-def tables(settings: Settings) -> list[Path]:
-    """Every Delta table of the deployment."""
-    return sorted(log.parent for log in settings.data.glob("**/_delta_log"))
-
-
-def _files(table: Path) -> int:
-    return sum(1 for path in table.rglob("*.parquet") if "_delta_log" not in path.parts)
+def tables(settings: Settings) -> list[str]:
+    """Every Delta table of the deployment (the catalogue's and every batch version), as locations."""
+    return storage.delta_tables(settings.storage_root)
 
 
 def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
     """Compact every table's small files; per table, how many files were rewritten."""
     done = {}
     for table in tables(settings):
-        metrics = DeltaTable.forPath(spark, str(table)).optimize().executeCompaction().first()["metrics"]
+        metrics = DeltaTable.forPath(spark, table).optimize().executeCompaction().first()["metrics"]
         if metrics["numFilesRemoved"]:
-            done[str(table.relative_to(settings.data))] = metrics["numFilesRemoved"]
+            done[table.removeprefix(settings.storage_root + "/")] = metrics["numFilesRemoved"]
     return done
 
 
@@ -50,11 +46,11 @@ def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", str(hours >= SAFE_RETENTION_HOURS).lower())
     done = {}
     for table in tables(settings):
-        before = _files(table)
-        DeltaTable.forPath(spark, str(table)).vacuum(hours)
-        gone = before - _files(table)
+        before = storage.data_files(table)
+        DeltaTable.forPath(spark, table).vacuum(hours)
+        gone = before - storage.data_files(table)
         if gone:
-            done[str(table.relative_to(settings.data))] = gone
+            done[table.removeprefix(settings.storage_root + "/")] = gone
     return done
 
 

@@ -31,17 +31,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
-from views import domain, timebase
+from views import domain, tables, timebase
 from views.model import Tumbling, View
 from views.source import Source
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # the machine may be offline; nothing leaves it
 
-RESULTS = pa.schema([
-    ("checked_at", pa.timestamp("us", "UTC")), ("suite", pa.string()), ("first_day", pa.date32()),
-    ("last_day", pa.date32()), ("expectation", pa.string()), ("severity", pa.string()), ("success", pa.bool_()),
-    ("observed", pa.string()),
-])
 #: The results of the checks in a :func:`docs_once` block, whose Data Docs are not updated yet.
 _pending_docs: ContextVar[list | None] = ContextVar("lambdalake_pending_data_docs", default=None)
 #: The share of a day's raw_events records that may be resent copies before a warning.
@@ -165,9 +160,9 @@ def check(settings: Settings, name: str, expectations: list, rows: DataFrame, st
                                json.dumps(r.result.get("observed_value"), default=str))
                               for r in validation.results])
     now = datetime.now(timebase.UTC)
-    columns = RESULTS.names
-    write_deltalake(settings.table("quality_results"), pa.Table.from_pylist(
-        [dict(zip(columns, (now, name, *days, *outcome))) for outcome in done.results], RESULTS), mode="append")
+    schema = tables.QUALITY_RESULTS.schema
+    write_deltalake(tables.QUALITY_RESULTS.path(settings), pa.Table.from_pylist(
+        [dict(zip(schema.names, (now, name, *days, *outcome))) for outcome in done.results], schema), mode="append")
     if done.failed:
         raise QualityFailed(f"{name} for {days[0]}..{days[1]}: failed {'; '.join(done.failed)}; nothing was "
                             f"written and those days stay as they were; see {settings.data_docs}")

@@ -22,25 +22,20 @@ from batch_layer import corrections, quality, versions
 from infra import delta
 from infra import spark as sparks
 from infra.settings import Settings
-from views import all_views, compile, domain, timebase
+from views import all_views, compile, domain, tables, timebase
 from views.model import View
 
 log = logging.getLogger(__name__)
-
-LEDGER = pa.schema([
-    pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False), pa.field("rows", pa.int64(), False),
-    pa.field("computed_at", pa.timestamp("us", "UTC"), False),
-])
 
 
 def _literal(moment: datetime) -> str:
     return f"TIMESTAMP'{timebase.utc(moment):%Y-%m-%d %H:%M:%S}'"
 
 
-def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
-    path = settings.table(name)
+def read_table(spark: SparkSession, settings: Settings, table: tables.Table) -> DataFrame:
+    path = table.path(settings)
     if not DeltaTable.isDeltaTable(spark, path):
-        raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
+        raise FileNotFoundError(f"no {table.name} table at {path}: start the speed layer (`lambdalake up`) "
                                 f"so that events land before recomputing")
     return spark.read.format("delta").load(path)
 
@@ -56,7 +51,7 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
     start, end = timebase.utc(start), timebase.utc(end)
     timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = _days_read(views, start, end)
-    records = read_table(spark, settings, "raw_events").where(F.col("event_date").between(first, last))
+    records = read_table(spark, settings, tables.RAW_EVENTS).where(F.col("event_date").between(first, last))
     return records.select(*domain(settings.domain).source.columns, "event_date", *compile.RECEIPT_ORDER)
 
 
@@ -115,13 +110,14 @@ def record_final(settings: Settings, days: dict[str, dict[date, int]], at: datet
     rows = [{"view": view, "day": day, "rows": count, "computed_at": at}
             for view, counts in days.items() for day, count in counts.items()]
     if rows:
-        delta.upsert(pa.Table.from_pylist(rows, LEDGER), settings.table("serving_state"), ("view", "day"))
+        delta.upsert(pa.Table.from_pylist(rows, tables.SERVING_STATE.schema), tables.SERVING_STATE.path(settings),
+                     ("view", "day"))
 
 
 def final_days(settings: Settings, view: str) -> set[date]:
     """The days the ledger records final for ``view``."""
     try:
-        ledger = deltalake.DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day"])
+        ledger = deltalake.DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(columns=["view", "day"])
     except deltalake.exceptions.TableNotFoundError:
         return set()
     return {row["day"] for row in ledger.to_pylist() if row["view"] == view}

@@ -13,7 +13,6 @@ serving before, whole; if anything fails before it, the new tables are deleted a
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Iterable
@@ -26,8 +25,9 @@ from pyspark.sql import functions as F
 from batch_layer import versions
 from batch_layer.recompute import checked_events, final_days, record_final, write_days
 from infra import spark as sparks
+from infra import storage
 from infra.settings import Settings
-from views import all_views, timebase
+from views import all_views, tables, timebase
 from views.model import View
 
 
@@ -53,7 +53,7 @@ class Plan:
 
 def history(settings: Settings) -> tuple[date, date]:
     """The first and last day of raw_events (read from its partitions, no Spark job)."""
-    path = settings.table("raw_events")
+    path = tables.RAW_EVENTS.path(settings)
     try:
         days = [date.fromisoformat(p["event_date"]) for p in DeltaTable(path).partitions()]
     except TableNotFoundError:
@@ -112,9 +112,9 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
           based_on: dict[str, tuple[str, int | None]]) -> dict[str, dict[date, int]]:
     """Build every view's new version (see the module doc) from the serving versions of ``based_on``
     (versions.snapshot); per view, its rows per recomputed day. If any fails, the new tables are deleted."""
-    targets = {view.name: settings.table(versions.table_name(view.name, plan.label)) for view in views}
+    targets = {view.name: tables.batch(view.name, plan.label).path(settings) for view in views}
     for target in targets.values():
-        shutil.rmtree(target, ignore_errors=True)  # a failed attempt's
+        storage.delete(target)  # a failed attempt's
     try:
         built = {}
         with checked_events(spark, settings, views, plan.start, plan.end) as events:
@@ -131,7 +131,7 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
 def discard(settings: Settings, plan: Plan) -> None:
     """Delete the plan's new tables."""
     for view in plan.views:
-        shutil.rmtree(settings.table(versions.table_name(view, plan.label)), ignore_errors=True)
+        storage.delete(tables.batch(view, plan.label).path(settings))
 
 
 def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
@@ -146,7 +146,7 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
         newly[view] = {day: per_day.get(day, 0) for day in days if day not in final}
     at = datetime.now(timebase.UTC)
     try:
-        versions.switch(settings, {view: versions.table_name(view, plan.label) for view in built}, at, based_on)
+        versions.switch(settings, {view: tables.batch(view, plan.label).name for view in built}, at, based_on)
     except versions.Conflict:
         discard(settings, plan)
         raise

@@ -8,12 +8,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
-from views import all_views
+from views import all_views, tables
 
 
-def _rows(settings: Settings, table: str, columns: list[str]) -> list[dict]:
+def _rows(settings: Settings, table: tables.Table, columns: list[str]) -> list[dict]:
     try:
-        return DeltaTable(settings.table(table)).to_pyarrow_table(columns=columns).to_pylist()
+        return DeltaTable(table.path(settings)).to_pyarrow_table(columns=columns).to_pylist()
     except TableNotFoundError:
         return []
 
@@ -23,11 +23,11 @@ def stale_days(settings: Settings) -> list[date]:
     can change (for a view whose windows reach across midnight, the neighbouring days too)."""
     views = all_views(settings.view_modules, settings.domain)
     computed: dict[tuple, object] = {}
-    for row in _rows(settings, "serving_state", ["view", "day", "computed_at"]):
+    for row in _rows(settings, tables.SERVING_STATE, ["view", "day", "computed_at"]):
         key = (row["view"], row["day"])
         computed[key] = max(computed.get(key, row["computed_at"]), row["computed_at"])
     stale = set()
-    for row in _rows(settings, "late_events", ["view", "day", "received_at"]):
+    for row in _rows(settings, tables.LATE_EVENTS, ["view", "day", "received_at"]):
         if row["view"] not in views:
             continue  # a view since removed
         for day in views[row["view"]].days_affected(row["day"]):

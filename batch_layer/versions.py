@@ -20,11 +20,8 @@ imported only when writing, so that readers and DAG files import no Spark.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
@@ -32,15 +29,10 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from infra import storage
 from infra.settings import Settings
-from views import timebase
+from views import tables, timebase
 
-#: The pointer table.
-TABLE = "serving_versions"
-SCHEMA = pa.schema([
-    pa.field("view", pa.string(), False), pa.field("table", pa.string(), False),
-    pa.field("switched_at", pa.timestamp("us", "UTC"), False), pa.field("previous_table", pa.string()),
-])
 #: A version's label: lowercase letters, digits, ``-`` and ``_`` (a JSON schema pattern, for the DAG's form too).
 LABEL = "^[a-z0-9][a-z0-9_-]{0,39}$"
 #: What a view's first version (``batch/<view>``) is called.
@@ -50,11 +42,6 @@ INITIAL = "initial"
 class Conflict(RuntimeError):
     """A table serving a view changed while a switch or recompute was under way; nothing was switched
     or recorded."""
-
-
-def table_name(view: str, label: str | None = None) -> str:
-    """The table of ``view``'s version ``label`` (None: its first version, which the DAGs' Assets name)."""
-    return f"batch/{view}" if label is None else f"batch/{view}@{label}"
 
 
 def label(table: str) -> str:
@@ -67,14 +54,14 @@ def pointers(settings: Settings, rows: pa.Table | None = None) -> dict[str, dict
     or else from the table now."""
     if rows is None:
         try:
-            rows = DeltaTable(settings.table(TABLE)).to_pyarrow_table()
+            rows = DeltaTable(tables.SERVING_VERSIONS.path(settings)).to_pyarrow_table()
         except TableNotFoundError:
             return {}
     return {row["view"]: row for row in rows.to_pylist()}
 
 
 def _serving(rows: dict[str, dict], view: str) -> str:
-    return rows[view]["table"] if view in rows else table_name(view)
+    return rows[view]["table"] if view in rows else tables.batch(view).name
 
 
 def serving(settings: Settings, views: Iterable[str], rows: dict[str, dict] | None = None) -> dict[str, str]:
@@ -106,7 +93,8 @@ def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
     if not isinstance(new, str) or not re.fullmatch(LABEL, new) or new == INITIAL:
         raise ValueError(f"label {new!r}: use 1 to 40 lowercase letters, digits, - and _ (not {INITIAL!r})")
     rows = pointers(settings)
-    used = [v for v in views if table_name(v, new) in (_serving(rows, v), rows.get(v, {}).get("previous_table"))]
+    used = [v for v in views
+            if tables.batch(v, new).name in (_serving(rows, v), rows.get(v, {}).get("previous_table"))]
     if used:
         raise ValueError(f"label {new!r} is in use by {', '.join(used)} (serving or kept to switch back to); "
                          f"choose another")
@@ -129,7 +117,8 @@ def _write(settings: Settings, rows: list[dict]) -> None:
     """Upsert pointer rows, all in one commit."""
     from infra.delta import upsert
 
-    upsert(pa.Table.from_pylist(rows, SCHEMA), settings.table(TABLE), ("view",))
+    pointers_table = tables.SERVING_VERSIONS
+    upsert(pa.Table.from_pylist(rows, pointers_table.schema), pointers_table.path(settings), ("view",))
 
 
 def switch(settings: Settings, tables: dict[str, str], at: datetime,
@@ -158,7 +147,8 @@ def require_serving(settings: Settings, view: str, path: str) -> None:
 def _changed_days(settings: Settings, view: str, since: datetime) -> list[date]:
     """The days of ``view`` the ledger records computed at or after ``since``."""
     try:
-        ledger = DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day", "computed_at"])
+        ledger = DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(
+            columns=["view", "day", "computed_at"])
     except TableNotFoundError:
         return []
     return sorted(r["day"] for r in ledger.to_pylist() if r["view"] == view and r["computed_at"] >= since)
@@ -198,12 +188,6 @@ def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
     return {v: {"label": label(rows[v]["previous_table"]), "carried_days": timebase.spans(carried[v])} for v in views}
 
 
-def _written(table: Path) -> float:
-    """When ``table`` was last written (its folder's or its Delta log's time, the later)."""
-    log = table / "_delta_log"
-    return max(os.stat(table).st_mtime, os.stat(log).st_mtime if log.exists() else 0)
-
-
 def retire(settings: Settings) -> list[str]:
     """Delete the versions that serve no view and may not be switched back to: a previous version is kept
     ``version_retention_days`` after the switch away from it (then its pointer is cleared, first); any
@@ -215,13 +199,13 @@ def retire(settings: Settings) -> list[str]:
     if expired:
         _write(settings, [{**row, "previous_table": None} for row in expired])
     keep = {row["previous_table"] for row in rows.values() if row["previous_table"] and row not in expired}
-    folder, gone = settings.data / "batch", []
-    for table in sorted(folder.iterdir()) if folder.exists() else ():
-        view, _, version = table.name.partition("@")
-        name = table_name(view, version or None)
+    gone = []
+    for location in storage.folders(settings.table(tables.BATCH)):
+        view, _, version = location.rpartition("/")[2].partition("@")
+        name = tables.batch(view, version or None).name
         if name == _serving(rows, view) or name in keep:
             continue
-        if now.timestamp() - _written(table) >= kept.total_seconds():
-            shutil.rmtree(table)
+        if now.timestamp() - storage.last_written(location) >= kept.total_seconds():
+            storage.delete(location)
             gone.append(name)
     return gone

@@ -18,9 +18,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bench import batch, live, serving, throughput
+from domains import producer
 from domains.clickstream import generator
 from domains.sample import counts
-from infra import kafka, processes, producer
+from infra import kafka, processes
 from infra.settings import REPO, Settings
 from lambdalake.cli import Parser
 
@@ -141,7 +142,8 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
                  for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1])]
     fresh_rows = [f"| {view} | {_p(times, 0.5)} | {_p(times, 0.95)} | {_p(times, 0.99)} | "
                   f"{sum(t == float('inf') for t in times)} |" for view, times in sorted(fresh.items())]
-    steady_rows = [f"| {s.rate:,.0f} | {s.processed_per_second:,.0f} | {s.lag_second_minute:,.0f} | "
+    steady_rows = [f"| {s.rate:,.0f} | {s.produced_per_second:,.0f} | {s.processed_per_second:,.0f} | "
+                   f"{s.lag_second_minute:,.0f} | "
                    f"{s.lag_last_minute:,.0f} | {'yes' if s.kept_up else 'no'} |" for s in steady]
     kept = [s.rate for s in steady if s.kept_up]
     return "\n".join([
@@ -159,8 +161,8 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
         "", "| step | seconds | share |", "|---|---|---|", *step_rows, "",
         "## Steady rate", "", _doc(live).split("- **Freshness:**")[0].split("- **Steady rate:**")[0].strip(), "",
         "- **Steady rate:**" + _doc(live).split("- **Steady rate:**")[1].split("- **Freshness:**")[0].rstrip(), "",
-        "| input events/s | processed events/s | median lag, 2nd minute | median lag, last minute | kept up |",
-        "|---|---|---|---|---|", *steady_rows, "",
+        "| input events/s | produced events/s | processed events/s | median lag, 2nd minute | "
+        "median lag, last minute | kept up |", "|---|---|---|---|---|---|", *steady_rows, "",
         f"Highest steady rate kept up with: {max(kept):,.0f} events/s." if kept else
         "No rate tried was kept up with.", "",
         "## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",

@@ -8,12 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from domains.clickstream import generator
-from infra.producer import Record
+from domains.producer import Record
 from infra.settings import Settings
 from speed_layer.fold import Fold
 from speed_layer.queries import speed_views
-from views import domain, events
+from views import domain, events, tables
 
 
 def kafka_records(spark, records: list[Record], path: Path, topic: str = "events"):
@@ -33,8 +32,8 @@ def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
     source = domain(settings.domain).source
     parsed = events.parse(kafka_records(spark, records, path), source, settings.max_payload_bytes,
                           settings.future_horizon_seconds)
-    events.landed(parsed, source).write.format("delta").mode("append").partitionBy("event_date").save(
-        settings.table("raw_events"))
+    events.landed(parsed, source).write.format("delta").mode("append").partitionBy(
+        *tables.RAW_EVENTS.partition_by).save(tables.RAW_EVENTS.path(settings))
 
 
 def fold(spark, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:

@@ -6,7 +6,8 @@ bottleneck and the steady stream opens no new sessions and no new users once it 
 
 - **Steady rate:** at each rate tried, the load runs for ``seconds``; the lag (Kafka records not yet
   processed, from the speed layer's health report) is sampled every second. The rate is kept up with
-  when the median lag of the last minute is at most that of the second minute plus five seconds of
+  when the producers reached it (at least 95% of it, counted from Kafka's end offsets over the run)
+  and the median lag of the last minute is at most that of the second minute plus five seconds of
   input.
 - **Freshness:** at a steady 1,000 events/s, after a minute of warm-up, markers are sent one after the
   other: a new user's purchase of a new product, page view of a new page and search for a new query,
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from infra import services
+from infra import kafka, services
 from infra.settings import Settings
 from serving_layer import engine
 
@@ -77,22 +78,30 @@ class Steady:
     lag_second_minute: float
     lag_last_minute: float
     processed_per_second: float
+    #: What the producers sent, per second (Kafka's end offsets before and after).
+    produced_per_second: float
 
 
 def steady(settings: Settings, rate: float, seconds: float, seed: int) -> Steady:
     """Run the load at ``rate`` for ``seconds`` and judge whether the lag stayed bounded."""
-    began, lags, start_done = time.monotonic(), [], _processed(settings)
+    began, lags, start_done, start_sent = time.monotonic(), [], _processed(settings), _sent(settings)
     procs = load(settings, rate, seconds, seed)
     while time.monotonic() - began < seconds:
         report = services.speed_health(settings) or {}
         lags.append((time.monotonic() - began, report.get("lag") or 0))
         time.sleep(1)
-    processed = (_processed(settings) - start_done) / (time.monotonic() - began)
+    elapsed = time.monotonic() - began
+    processed = (_processed(settings) - start_done) / elapsed
     for proc in procs:
         proc.join()
+    produced = (_sent(settings) - start_sent) / elapsed
     second = statistics.median([lag for t, lag in lags if 60 <= t < 120] or [0])
     last = statistics.median([lag for t, lag in lags if t >= seconds - 60] or [0])
-    return Steady(rate, last <= second + 5 * rate, second, last, processed)
+    return Steady(rate, produced >= 0.95 * rate and last <= second + 5 * rate, second, last, processed, produced)
+
+
+def _sent(settings: Settings) -> int:
+    return sum(kafka.end_offsets(settings, settings.topic).values())
 
 
 def _processed(settings: Settings) -> int:

@@ -19,6 +19,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, get_current_context, tas
 
 from infra import dags
 from infra.settings import load
+from views import tables
 
 settings = load()
 
@@ -44,7 +45,7 @@ with DAG(
     tags=["lambdalake", "batch"],
 ):
 
-    @task(inlets=[dags.table(settings, "raw_events")], outlets=dags.batch_tables(settings))
+    @task(inlets=[dags.table(settings, tables.RAW_EVENTS)], outlets=dags.batch_tables(settings))
     def recompute() -> dict:
         """Recompute all views for the run's data interval; return the batch layer's summary."""
         from batch_layer.recompute import recompute_day

@@ -17,6 +17,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, task
 
 from infra import dags
 from infra.settings import load
+from views import tables
 
 settings = load()
 
@@ -24,7 +25,7 @@ with DAG(
     dag_id="late_data_recompute",
     doc_md=__doc__ + dags.quality_docs(settings),
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"),
-                                 assets=[dags.table(settings, "late_events")]),
+                                 assets=[dags.table(settings, tables.LATE_EVENTS)]),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
@@ -40,7 +41,7 @@ with DAG(
 
         return [day.isoformat() for day in find(settings)]
 
-    @task(inlets=[dags.table(settings, "raw_events"), dags.table(settings, "late_events")],
+    @task(inlets=[dags.table(settings, tables.RAW_EVENTS), dags.table(settings, tables.LATE_EVENTS)],
           outlets=dags.batch_tables(settings))
     def recompute(day: str) -> dict:
         """Recompute every view for one stale day."""

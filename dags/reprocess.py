@@ -28,7 +28,7 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from batch_layer import versions
 from infra import dags
 from infra.settings import load
-from views import all_views
+from views import all_views, tables
 
 settings = load()
 views = list(all_views(settings.view_modules, settings.domain))
@@ -56,8 +56,8 @@ with DAG(
     },
 ):
 
-    @task(inlets=[dags.table(settings, "raw_events")],
-          outlets=[*dags.batch_tables(settings), dags.table(settings, versions.TABLE)])
+    @task(inlets=[dags.table(settings, tables.RAW_EVENTS)],
+          outlets=[*dags.batch_tables(settings), dags.table(settings, tables.SERVING_VERSIONS)])
     def reprocess() -> dict:
         """Check the form's values, build every view's new version, then switch; the summary per view."""
         from batch_layer import reprocess as run

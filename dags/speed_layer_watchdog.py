@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from infra import dags
 from infra.settings import load
+from views import tables
 
 settings = load()
 
@@ -41,7 +42,7 @@ with DAG(
 
         return watch_speed(settings)
 
-    @task(outlets=[dags.table(settings, "late_events")])
+    @task(outlets=[dags.table(settings, tables.LATE_EVENTS)])
     def announce_late_data() -> list[str]:
         """Update the late_events Asset if final days have late events to correct; else skip."""
         from batch_layer.stale import stale_days

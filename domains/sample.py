@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from infra.producer import Record
+from domains.producer import Record
 
 KINDS = ("valid", "late", "duplicate", "malformed")
 OFFSETS = (0, 0, 0, 60, -300, 330)  # minutes east of UTC that producers stamp times with

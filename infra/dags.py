@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from airflow.sdk import Asset
 
-from batch_layer import versions
+from infra import storage
 from infra.settings import Settings
-from views import all_views
+from views import all_views, tables
 
 #: The team that answers for the DAGs (Airflow's owner column).
 OWNER = "data-platform"
@@ -19,16 +19,18 @@ def default_args(retry_delay: timedelta = timedelta(minutes=1), **more) -> dict:
     return {"owner": OWNER, "retries": 1, "retry_delay": retry_delay, **more}
 
 
-def table(settings: Settings, name: str) -> Asset:
-    """The Delta table ``name`` as an Asset."""
-    return Asset(name=f"lambdalake.{name.replace('/', '.')}", uri=f"file://{settings.table(name)}", group="delta")
+def table(settings: Settings, table: tables.Table) -> Asset:
+    """A Delta table as an Asset."""
+    location = table.path(settings)
+    return Asset(name=f"lambdalake.{table.name.replace('/', '.')}", group="delta",
+                 uri=location if storage.local_path(location) is None else f"file://{storage.local_path(location)}")
 
 
 def batch_tables(settings: Settings) -> list[Asset]:
     """What a batch recompute writes: each view's batch table (one Asset for all its versions, named by
     the first), the ledger, quality results and corrections."""
-    names = [versions.table_name(name) for name in all_views(settings.view_modules, settings.domain)]
-    return [table(settings, name) for name in (*names, "serving_state", "quality_results", "corrections")]
+    batch = [tables.batch(name) for name in all_views(settings.view_modules, settings.domain)]
+    return [table(settings, t) for t in (*batch, tables.SERVING_STATE, tables.QUALITY_RESULTS, tables.CORRECTIONS)]
 
 
 def quality_docs(settings: Settings) -> str:

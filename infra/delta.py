@@ -6,7 +6,6 @@ import json
 
 import deltalake
 import pyarrow as pa
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -16,10 +15,9 @@ def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, par
     if isinstance(schema, pa.Schema):
         deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None)
         return
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    builder.execute()
+    # an empty append in "ignore" mode, not DeltaTable.createIfNotExists: its location check refuses a
+    # file:/// URI, which Hadoop writes file:/
+    spark.createDataFrame([], schema).write.format("delta").mode("ignore").partitionBy(*partition_by).save(path)
 
 
 def committed_batch(path: str, app_id: str) -> int:

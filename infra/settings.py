@@ -45,6 +45,10 @@ class Settings:
     #: First day the nightly batch DAG covers (ISO date); written by ``lambdalake up`` if unset.
     batch_start_date: str | None = None
     spark_driver_memory: str = "2g"
+    #: Where the Delta tables live: a folder, or any filesystem URI Spark's Hadoop and delta-rs both
+    #: read (``file:///...``, ``s3a://bucket/prefix``, ``abfss://container@account.dfs.core.windows.net/x``;
+    #: infra.storage). None: the home's ``data`` folder.
+    storage: str | None = None
     #: Where Spark runs: ``local[2]`` (in each layer's own process), ``standalone`` (a master and two
     #: workers that ``lambdalake up`` starts on 127.0.0.1, infra.spark_cluster), or the ``spark://``
     #: URL of a cluster that runs elsewhere.
@@ -134,9 +138,14 @@ class Settings:
         """The speed layer's health report, rewritten every few seconds while it runs."""
         return self.run / "speed-health.json"
 
+    @property
+    def storage_root(self) -> str:
+        """Where the Delta tables live: the ``storage`` setting, or the home's data folder."""
+        return (self.storage or str(self.data)).rstrip("/")
+
     def table(self, name: str) -> str:
-        """Path of a Delta table, e.g. ``raw_events``, ``batch/page_views_per_minute``."""
-        return str(self.data / name)
+        """Where a Delta table of the catalogue (views.tables) is stored, e.g. ``raw_events``: a path or a URI."""
+        return f"{self.storage_root}/{name}"
 
     @property
     def spark_master_url(self) -> str:

@@ -21,7 +21,8 @@ def jars() -> list[str]:
 JIT = "-XX:-DontCompileHugeMethods"
 #: On a cluster, the cores and memory one application (the speed layer, a batch task) takes, so that
 #: the speed layer and batch runs share it.
-CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.memory": "1g", "spark.executor.extraJavaOptions": JIT}
+CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.cores": "2", "spark.executor.memory": "1g",
+                 "spark.executor.extraJavaOptions": JIT}
 
 
 def session(settings: Settings, app_name: str, master: str | None = None):

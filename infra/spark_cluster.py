@@ -44,6 +44,12 @@ def alive_workers(settings: Settings) -> int | None:
     return None if state is None else sum(worker.get("state") == "ALIVE" for worker in state.get("workers", []))
 
 
+def applications(settings: Settings) -> list[str]:
+    """The names of the applications that ran or run on the cluster."""
+    state = _state(settings) or {}
+    return [app["name"] for key in ("activeapps", "completedapps") for app in state.get(key, [])]
+
+
 def start(settings: Settings, timeout: float = 90) -> None:
     """Start the master and the workers (no-op for those that run) and wait until both workers are alive."""
     if processes.running_pid(settings, MASTER) is None:

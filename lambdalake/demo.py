@@ -12,16 +12,18 @@ import argparse
 import os
 import sys
 import threading
-import time
 from datetime import datetime, timedelta
 
+from deltalake import DeltaTable
+
 from domains import generator
+from domains import producer
 from domains.sample import counts
-from infra import airflow, credentials, kafka, producer, services
+from infra import airflow, credentials, kafka, services
 from infra import settings as config
 from infra.settings import REPO, Settings
 from serving_layer import engine
-from views import DEFAULT_DOMAIN, all_views, domain, timebase
+from views import DEFAULT_DOMAIN, all_views, domain, tables, timebase
 
 DAG = "batch_recompute"
 PER_DAY = 3000
@@ -94,7 +96,7 @@ def deployment(domain_name: str | None) -> Settings:
     if not domain_name or domain_name == settings.domain:
         return settings
     domain(domain_name)  # a known one
-    if (settings.data / "raw_events").exists():
+    if DeltaTable.is_deltatable(tables.RAW_EVENTS.path(settings)):
         raise ValueError(f"{settings.home} holds the {settings.domain} domain's data; set LAMBDALAKE_HOME to another "
                          f"folder, or delete it with `lambdalake down --purge`")
     return settings.save(domain=domain_name)

@@ -17,8 +17,8 @@ from infra import services
 from infra.settings import Settings
 from serving_layer import engine
 from serving_layer.sandbox import QueryError
-from views import all_views
-from views.compile import PARTIALS, state_columns
+from views import all_views, tables
+from views.compile import state_columns
 from views.timebase import UTC, spans
 
 
@@ -27,14 +27,14 @@ def views(settings: Settings) -> list[dict]:
     and its final and provisional days."""
     days = engine.finality(settings)
     declared = all_views(settings.view_modules, settings.domain)
-    tables, serving = versions.serving(settings, declared), versions.describe(settings, declared)
+    batch, serving = versions.serving(settings, declared), versions.describe(settings, declared)
     return [{
         "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
         "keys": list(v.keys), "measures": [m.name for m in v.measures],
         "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
         "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
-        "tables": {"batch": tables[v.name],
-                   "speed": f"{settings.table(PARTIALS)} (partition view={v.name}, column {v.name})"},
+        "tables": {"batch": batch[v.name],
+                   "speed": f"{tables.SPEED_PARTIALS.path(settings)} (partition view={v.name}, column {v.name})"},
         "version": serving[v.name],
         "speed_states": list(state_columns(v)),
         "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
@@ -72,10 +72,10 @@ def corrections(settings: Settings) -> list[dict]:
         "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))
 
 
-def _last_commit(settings: Settings, table: str) -> datetime | None:
+def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
     """When ``table`` was last written (its newest Delta commit), if it exists."""
     try:
-        [commit] = DeltaTable(settings.table(table)).history(1)
+        [commit] = DeltaTable(table.path(settings)).history(1)
     except TableNotFoundError:
         return None
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
@@ -86,7 +86,7 @@ def health(settings: Settings) -> dict:
     written, dead letters, and per view its final and provisional days, late events, newest window and
     last data-quality check."""
     speed = services.speed_health(settings) or {}
-    written = _last_commit(settings, PARTIALS)
+    written = _last_commit(settings, tables.SPEED_PARTIALS)
     late = {r["view"]: r for r in rows(settings, "SELECT view, sum(events) AS events, max(received_at) AS last "
                                                  "FROM late_events GROUP BY view")}
     [dead] = rows(settings, "SELECT count(*) AS records FROM dead_letters") or [{"records": 0}]

@@ -31,20 +31,21 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from batch_layer import versions
+from infra import storage
 from infra.settings import Settings
 from serving_layer import sandbox
 from serving_layer.merge import batch_relation, merged_views
-from views import all_views, compile, domain
+from views import all_views, compile, domain, tables
 
-def tables(settings: Settings) -> tuple[str, ...]:
-    """The deployment's tables besides the views, in the order they are read: the ledger before the
-    version pointers (see the module doc); the domain's dimensions and their changes among them."""
-    dimensions = tuple(name for d in domain(settings.domain).dimensions for name in (d.changes, d.name))
-    return ("raw_events", "dead_letters", "late_events", "serving_state", versions.TABLE, "dead_letter_replays",
-            *dimensions, "quality_results", "corrections", compile.PARTIALS)
+def base_tables(settings: Settings) -> tuple[str, ...]:
+    """The deployment's tables besides the views, in the order they are read: the domain's dimensions and
+    their changes, then the platform's (:data:`views.tables.PLATFORM`)."""
+    dimensions = (table for declared in domain(settings.domain).dimensions
+                  for table in (tables.changes(declared), tables.dimension(declared)))
+    return tuple(table.name for table in (*dimensions, *tables.PLATFORM))
 
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
-SCANNED = frozenset({"raw_events", "dead_letters"})
+SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
 #: (a file system may stamp two changes within one clock tick alike).
 SETTLED_NS = 1_000_000_000
@@ -72,7 +73,8 @@ def _days(settings: Settings, table: str, day: str) -> dict[str, set[date]]:
 
 def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
     """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
-    final, speed = _days(settings, "serving_state", "day"), _days(settings, compile.PARTIALS, "window_hour")
+    final = _days(settings, tables.SERVING_STATE.name, "day")
+    speed = _days(settings, tables.SPEED_PARTIALS.name, "window_hour")
     return {name: {"final": days, "provisional": speed[name] - days} for name, days in final.items()}
 
 
@@ -104,28 +106,34 @@ class _Table:
         self.path, self.stamp, self.table, self.version, self.dataset = path, None, None, None, None
 
     def changed(self) -> bool:
-        """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went."""
+        """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went.
+        (A local table's Delta log folder is looked at first: while its stamp stays, nothing changed.)"""
+        local, stamp = storage.local_path(self.path), None
+        if local is not None:
+            try:
+                stat = os.stat(os.path.join(local, storage.LOG))
+            except FileNotFoundError:
+                return self._gone()
+            stamp = (stat.st_ino, stat.st_mtime_ns)
+            if stamp == self.stamp and time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
+                return False
         try:
-            stat = os.stat(os.path.join(self.path, "_delta_log"))
-        except FileNotFoundError:
-            gone = self.dataset is not None
-            self.stamp, self.table, self.version, self.dataset = None, None, None, None
-            return gone
-        stamp = (stat.st_ino, stat.st_mtime_ns)
-        if stamp == self.stamp and time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
-            return False
-        try:
-            if self.table is None or stamp[0] != self.stamp[0]:
+            if self.table is None or (stamp and self.stamp and stamp[0] != self.stamp[0]):
                 self.table = DeltaTable(self.path)
             else:
                 self.table.update_incremental()
-        except TableNotFoundError:  # a log without its first commit yet
-            return False
+        except TableNotFoundError:  # locally, a log without its first commit yet
+            return False if local is not None else self._gone()
         self.stamp = stamp
         if self.table.version() == self.version:
             return False
         self.version, self.dataset = self.table.version(), self.table.to_pyarrow_dataset()
         return True
+
+    def _gone(self) -> bool:
+        gone = self.dataset is not None
+        self.stamp, self.table, self.version, self.dataset = None, None, None, None
+        return gone
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,7 +184,7 @@ class Engine:
         self.settings = settings
         self._views = all_views(settings.view_modules, settings.domain)
         #: The tables by relation name; the batch tables last, since the version pointers name them.
-        self._tables = {name: _Table(settings.table(name)) for name in tables(settings)}
+        self._tables = {name: _Table(settings.table(name)) for name in base_tables(settings)}
         self._tables.update({batch_relation(name): _Table(path)
                              for name, path in versions.serving(settings, self._views, {}).items()})
         self._copies = itertools.count()
@@ -200,21 +208,22 @@ class Engine:
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if self._tables[name].changed():
                 changed.append(name)
-                if name == versions.TABLE:
+                if name == tables.SERVING_VERSIONS.name:
                     self._point_batch_tables()
         if changed:
-            tables = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
-            tables.update({name: self._copy(name) for name in changed if name in tables and name not in SCANNED})
-            tables.update({name: data for name, data in self._state.tables.items()
-                           if name in tables and name not in changed and isinstance(data, str)})
-            self._retired.update(_copies(self._state.tables) - _copies(tables))
-            self._state = _State(tables, self._view_sql(tables))
+            registered = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
+            registered.update({name: self._copy(name) for name in changed
+                               if name in registered and name not in SCANNED})
+            registered.update({name: data for name, data in self._state.tables.items()
+                               if name in registered and name not in changed and isinstance(data, str)})
+            self._retired.update(_copies(self._state.tables) - _copies(registered))
+            self._state = _State(registered, self._view_sql(registered))
             self._drop_unused()
         return self._state
 
     def _point_batch_tables(self) -> None:
         """Read each view's batch rows from the table the version pointers name now."""
-        pointers = self._tables[versions.TABLE].dataset
+        pointers = self._tables[tables.SERVING_VERSIONS.name].dataset
         rows = versions.pointers(self.settings, pointers.to_table()) if pointers is not None else {}
         for name, path in versions.serving(self.settings, self._views, rows).items():
             if self._tables[batch_relation(name)].path != path:
@@ -241,9 +250,9 @@ class Engine:
             self._db.unregister("_version")
         return copy
 
-    def _view_sql(self, tables: dict) -> dict[str, str]:
-        partials = self._tables[compile.PARTIALS].dataset
-        return merged_views(self._views, set(tables), set(partials.schema.names) if partials else set())
+    def _view_sql(self, registered: dict) -> dict[str, str]:
+        partials = self._tables[tables.SPEED_PARTIALS.name].dataset
+        return merged_views(self._views, set(registered), set(partials.schema.names) if partials else set())
 
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged

@@ -9,7 +9,8 @@ with ANSI double-quoted identifiers); each engine registers the relations under 
 
 from __future__ import annotations
 
-from views.compile import PARTIALS, ROWS, finals, merged
+from views import tables
+from views.compile import ROWS, finals, merged
 from views.model import View
 
 
@@ -47,10 +48,6 @@ def merged_sql(view: View, batch: str | None = None, partials: str | None = None
     return "\nUNION ALL\n".join(parts)
 
 
-#: The ledger's relation name in both engines.
-LEDGER = "serving_state"
-
-
 def batch_relation(name: str) -> str:
     """The relation name under which the engines register view ``name``'s batch table."""
     return f"batch_{name}"
@@ -60,11 +57,11 @@ def merged_views(views: dict[str, View], relations: set[str], partial_views: set
     """SQL of every view that has data, over the relations an engine registered (``relations``): its
     batch table (:func:`batch_relation`), the ledger, and the partials table if ``partial_views``
     (the views with a column there) has it."""
-    ledger = LEDGER if LEDGER in relations else None
+    ledger = tables.SERVING_STATE.name if tables.SERVING_STATE.name in relations else None
     result = {}
     for name, view in views.items():
         batch = f'"{batch_relation(name)}"' if batch_relation(name) in relations else None
-        partials = PARTIALS if name in partial_views else None
+        partials = tables.SPEED_PARTIALS.name if name in partial_views else None
         if batch or partials:
             result[name] = merged_sql(view, batch, partials, ledger)
     return result

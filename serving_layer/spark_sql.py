@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 
 from batch_layer import versions
 from infra.settings import Settings
-from serving_layer.engine import tables
+from serving_layer.engine import base_tables
 from serving_layer.merge import batch_relation, merged_views, speed_sql
-from views import all_views, compile
+from views import all_views, tables
 from views.model import View
 
 
@@ -32,15 +32,15 @@ def _beside(spark: SparkSession) -> SparkSession:
 def speed_rows(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> DataFrame | None:
     """The speed layer's rows of ``view`` whose windows start in ``[start, end)`` (whole hours), one per
     window and key (merged from its partials), or None if it has no partials."""
-    sql, path = _beside(spark), settings.table(compile.PARTIALS)
+    sql, path = _beside(spark), tables.SPEED_PARTIALS.path(settings)
     if not DeltaTable.isDeltaTable(sql, path):
         return None
     partials = sql.read.format("delta").load(path)
     if view.name not in partials.columns:
         return None
     partials.where((F.col("view") == view.name) & (F.col("window_hour") >= F.lit(start))
-                   & (F.col("window_hour") < F.lit(end))).createOrReplaceTempView(compile.PARTIALS)
-    return sql.sql(speed_sql(view, compile.PARTIALS))
+                   & (F.col("window_hour") < F.lit(end))).createOrReplaceTempView(tables.SPEED_PARTIALS.name)
+    return sql.sql(speed_sql(view, tables.SPEED_PARTIALS.name))
 
 
 def session(spark: SparkSession, settings: Settings) -> SparkSession:
@@ -55,11 +55,11 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
             relations[name] = sql.read.format("delta").load(path)
             relations[name].createOrReplaceTempView(name)
 
-    for name in tables(settings):  # the ledger before the version pointers (batch_layer.versions)
+    for name in base_tables(settings):  # the ledger before the version pointers (batch_layer.versions)
         register(name, settings.table(name))
     for name, path in versions.serving(settings, views).items():
         register(batch_relation(name), path)
-    partials = relations.get(compile.PARTIALS)
+    partials = relations.get(tables.SPEED_PARTIALS.name)
     for name, text in merged_views(views, set(relations), set(partials.columns) if partials else set()).items():
         sql.sql(f'CREATE OR REPLACE TEMPORARY VIEW "{name}" AS {text}')
     return sql

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from infra.settings import Settings
 from speed_layer import state
-from views import all_views, compile
+from views import all_views, compile, tables
 from views.model import View
 
 HOUR = timedelta(hours=1)
@@ -46,8 +46,8 @@ def _fold(view: View, partials: DataFrame) -> DataFrame:
 
 def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     """Fold every closed hour that holds more than one partial per window and key; the hours folded per view."""
-    path = settings.table(compile.PARTIALS)
-    newest = state.newest_event(spark.read.format("delta").load(settings.table("raw_events")))
+    path = tables.SPEED_PARTIALS.path(settings)
+    newest = state.newest_event(spark.read.format("delta").load(tables.RAW_EVENTS.path(settings)))
     if newest is None or not DeltaTable.isDeltaTable(spark, path):
         return {}
     watermark = newest - state.duration(settings.watermark)

@@ -27,10 +27,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra import delta as tables
+from infra import delta
 from infra.settings import Settings
 from speed_layer import late_events, state
-from views import compile, domain, events
+from views import compile, domain, events, tables
 from views.model import FollowedBy, Session, View
 
 #: A micro-batch of up to this many bytes (its dead letters alone, likewise) is collected and written
@@ -44,9 +44,9 @@ class Fold:
     def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str,
                  profile: bool = False, driver_bytes: int = DRIVER_BYTES) -> None:
         self.settings, self.views, self.profile, self.driver_bytes = settings, views, profile, driver_bytes
-        self.appends = tables.BatchAppends(app_id)
+        self.appends = delta.BatchAppends(app_id)
         self.source = domain(settings.domain).source
-        raw_events = spark.read.format("delta").load(settings.table("raw_events"))
+        raw_events = spark.read.format("delta").load(tables.RAW_EVENTS.path(settings))
         self.state = state.restore(spark, raw_events, self.source.columns, views, state.duration(settings.watermark))
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
         self.timings: dict[str, float] = {}
@@ -69,12 +69,12 @@ class Fold:
             self.state.remember(new)  # after the views' plans took the state before this batch
         late = late_events.count(counted, self.views, finals, batch_id)
         small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
-        side = [(events.dead_letters(parsed), "dead_letters", ("dead_letter_date",), few_dead) if counted.dead else None,
-                (late, "late_events", (), True) if late.num_rows else None,
-                (partials, compile.PARTIALS, compile.PARTITIONS, small) if partials is not None else None]
+        side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
+                (late, tables.LATE_EVENTS, True) if late.num_rows else None,
+                (partials, tables.SPEED_PARTIALS, small) if partials is not None else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
-        self._commit(steps, batch_id, valid, "raw_events", ("event_date",), small)
+        self._commit(steps, batch_id, valid, tables.RAW_EVENTS, small)
         self.state.advance(counted.newest)
         for view in self.views:
             if view.name in grown:
@@ -85,15 +85,15 @@ class Fold:
                             ("late_events", counted.behind)):
             self.totals[name] += count
 
-    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: str,
-                partition_by: tuple[str, ...], from_driver: bool) -> None:
+    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table,
+                from_driver: bool) -> None:
         """Append ``rows`` to ``table``; ``from_driver``: collected first and written by delta-rs (for
         a small micro-batch, a Delta commit without Spark's per-commit cost)."""
-        step = f"commit {table}" if table != compile.PARTIALS else "views + commit speed_partials"
+        step = f"commit {table.name}" if table != tables.SPEED_PARTIALS else f"views + commit {table.name}"
         with _timed(steps, step):
             if from_driver and isinstance(rows, DataFrame):
-                rows = tables.to_arrow(rows)
-            self.appends.append(rows, self.settings.table(table), batch_id, partition_by)
+                rows = delta.to_arrow(rows)
+            self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
 
     def _partials(self, spark: SparkSession, new: DataFrame, grown: dict[str, DataFrame],
                   steps: dict[str, float]) -> DataFrame:

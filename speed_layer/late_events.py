@@ -24,21 +24,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
+from views import tables
 from views.model import View
 from views.timebase import DAY
-
-SCHEMA = pa.schema([
-    pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
-    pa.field("events", pa.int64(), False), pa.field("received_at", pa.timestamp("us", "UTC"), False),
-    pa.field("batch_id", pa.int64(), False),
-])
-
 
 def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     """Per view with final days, the newest day whose events can change one of them (its newest final
     day and as many days after as its windows reach past midnight); read from the ledger."""
     try:
-        ledger = DeltaTable(settings.table("serving_state")).to_pyarrow_table(columns=["view", "day"]).to_pylist()
+        ledger = DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(columns=["view", "day"]).to_pylist()
     except TableNotFoundError:
         return {}
     newest: dict[str, date] = {}
@@ -104,4 +98,4 @@ def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: 
                 late[view.name, day] += events
     now = datetime.now(timezone.utc)
     return pa.Table.from_pylist([{"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
-                                 for (view, day), events in sorted(late.items())], SCHEMA)
+                                 for (view, day), events in sorted(late.items())], tables.LATE_EVENTS.schema)

@@ -9,15 +9,15 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from infra import delta as tables
+from infra import delta
 from infra.settings import Settings
-from speed_layer import late_events, resume
+from speed_layer import resume
 from speed_layer.fold import Fold
-from views import all_views, changelog, domain, events
+from views import all_views, changelog, domain, events, tables
 from views.model import View
 from views.source import Changelog
 
-LANDING = "landing"
+LANDING = tables.RAW_EVENTS.checkpoint
 
 
 def _kafka(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
@@ -41,14 +41,14 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create the landed tables and the dimensions (empty) so that readers never find them missing."""
     empty, declared = spark.createDataFrame([], events.KAFKA_RECORD), domain(settings.domain)
     parsed = events.parse(empty, declared.source, settings.max_payload_bytes, settings.future_horizon_seconds)
-    tables.ensure(spark, settings.table("raw_events"), events.landed(parsed, declared.source).schema, ("event_date",))
-    tables.ensure(spark, settings.table("dead_letters"), events.dead_letters(parsed).schema,
-                  ("dead_letter_date",))
-    tables.ensure(spark, settings.table("late_events"), late_events.SCHEMA)
+    for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, declared.source).schema),
+                          (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
+                          (tables.LATE_EVENTS, tables.LATE_EVENTS.schema)):
+        delta.ensure(spark, table.path(settings), schema, table.partition_by)
     for dimension in declared.dimensions:
         changes = changelog.changes(changelog.parse(empty, dimension), dimension)
-        tables.ensure(spark, settings.table(dimension.changes), changes.schema)
-        tables.ensure(spark, settings.table(dimension.name), changelog.dimension(changes, dimension).schema)
+        delta.ensure(spark, tables.changes(dimension).path(settings), changes.schema)
+        delta.ensure(spark, tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema)
 
 
 def speed_views(settings: Settings) -> list[View]:
@@ -77,21 +77,21 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
 def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelog) -> StreamingQuery:
     """Land a dimension's changelog exactly once in its changes table (bad records in dead_letters) and
     rebuild the dimension from it after each micro-batch with changes."""
-    checkpoint = settings.checkpoints / dimension.name
+    changes_table, dimension_table = tables.changes(dimension), tables.dimension(dimension)
+    checkpoint = settings.checkpoints / changes_table.checkpoint
     app_id, _ = resume.app_id(checkpoint)
-    changes_table, dimension_table = settings.table(dimension.changes), settings.table(dimension.name)
-
-    appends = tables.BatchAppends(app_id)
+    appends = delta.BatchAppends(app_id)
 
     def land(records: DataFrame, batch_id: int) -> None:
         parsed = changelog.parse(records, dimension).persist()
         changes, dead = changelog.changes(parsed, dimension), events.dead_letters(parsed)
         if not dead.isEmpty():
-            appends.append(dead, settings.table("dead_letters"), batch_id, ("dead_letter_date",))
+            appends.append(dead, tables.DEAD_LETTERS.path(settings), batch_id, tables.DEAD_LETTERS.partition_by)
         if not changes.isEmpty():
-            appends.append(changes, changes_table, batch_id)
-            current = changelog.dimension(records.sparkSession.read.format("delta").load(changes_table), dimension)
-            current.write.format("delta").mode("overwrite").save(dimension_table)
+            appends.append(changes, changes_table.path(settings), batch_id)
+            landed = records.sparkSession.read.format("delta").load(changes_table.path(settings))
+            changelog.dimension(landed, dimension).write.format("delta").mode("overwrite").save(
+                dimension_table.path(settings))
         parsed.unpersist()
 
     return _start(_kafka(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name, checkpoint, land,

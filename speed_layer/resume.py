@@ -16,8 +16,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from infra import kafka
 from infra.settings import Settings
+from views import tables
 
-TABLES = ("raw_events", "dead_letters")
 EARLIEST = -2  # Kafka's "earliest" in Spark's startingOffsets JSON
 LOST_HINT = ("Kafka no longer holds offsets the speed layer still needs (retention deleted them before "
              "they were landed); those records are lost unless producers resend them. Ways out: have them "
@@ -30,15 +30,15 @@ class CheckpointLost(RuntimeError):
 
 
 def _checkpoint(settings: Settings) -> Path:
-    return settings.checkpoints / "landing"
+    return settings.checkpoints / tables.RAW_EVENTS.checkpoint
 
 
 def landed_offsets(settings: Settings) -> dict[int, int]:
     """The highest Kafka offset landed (in raw_events or dead_letters) per partition of the events topic."""
     highest: dict[int, int] = {}
-    for name in TABLES:
+    for landed in (tables.RAW_EVENTS, tables.DEAD_LETTERS):
         try:
-            table = DeltaTable(settings.table(name)).to_pyarrow_table(columns=["topic", "partition", "offset"])
+            table = DeltaTable(landed.path(settings)).to_pyarrow_table(columns=["topic", "partition", "offset"])
         except TableNotFoundError:
             continue
         for row in table.to_pylist():

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra import kafka, settings as config
+from infra import kafka, spark_cluster, settings as config
 from infra.settings import Settings
 from views import timebase
 
@@ -22,7 +22,8 @@ EXTRA_VIEWS = ("tests.extra_view",)
 #: Ports of the test deployment (beside a demo's); LAMBDALAKE_TEST_PORT_SHIFT moves them all, so that
 #: two test runs on one machine do not meet.
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
-PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT}
+PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
+         "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
 HISTORY_DAYS = 4
@@ -60,7 +61,23 @@ def spark(deployment):
 
 
 @pytest.fixture
+def on_spark_cluster(deployment) -> Settings:
+    """The deployment on a Spark standalone cluster (a master and two workers on loopback) for one test:
+    the speed layer it starts and Airflow's batch tasks run there; the cluster is stopped afterwards."""
+    path = deployment.home / "settings.json"
+    saved = path.read_text()
+    settings = deployment.save(spark_master="standalone")
+    spark_cluster.start(settings)
+    yield settings
+    path.write_text(saved)
+    assert spark_cluster.stop(settings)
+
+
+@pytest.fixture
 def tables(tmp_path, deployment) -> Settings:
-    """Settings whose Delta tables live in this test's own tmp folder."""
-    (tmp_path / "settings.json").write_text((deployment.home / "settings.json").read_text())
+    """Settings whose Delta tables live in this test's own tmp folder, named by a ``file://`` URI as an
+    object store would be (setting ``storage``): every layer reads and writes them as URIs here, and as
+    plain folders in the end-to-end, fault and equivalence tests."""
+    stored = json.loads((deployment.home / "settings.json").read_text())
+    (tmp_path / "settings.json").write_text(json.dumps({**stored, "storage": (tmp_path / "lake").as_uri()}))
     return config.load(tmp_path)

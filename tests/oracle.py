@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Callable
 
-from infra.producer import Record
+from domains.producer import Record
 
 HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -32,11 +32,6 @@ ROLE = "_role"
 EVENT = "event"
 #: +1 for a row that counts, -1 for one that retracts a row counted before (speed sessions only).
 WEIGHT = "_weight"
-#: The speed layer's table of partial aggregates: one row per micro-batch, window and key, partitioned
-#: by ``view`` and the hour its windows start (``window_hour``), the states of view ``v`` in a struct
-#: column named ``v`` (see :func:`packed`).
-PARTIALS = "speed_partials"
-PARTITIONS = ("view", "window_hour")
 #: log2 of the HyperLogLog sketches' buckets (Spark's default for ``hll_sketch_agg``).
 SKETCH_LGK = 12
 #: The hidden state every view keeps: its rows' net weight; a merged window exists while it is positive.

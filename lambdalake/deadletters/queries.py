@@ -12,8 +12,9 @@ from typing import Callable
 from infra.settings import Settings
 from serving_layer import engine
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter
+from views import tables
 
-DEAD_LETTERS, REPLAYS = "dead_letters", "dead_letter_replays"
+DEAD_LETTERS, REPLAYS = tables.DEAD_LETTERS.name, tables.DEAD_LETTER_REPLAYS.name
 #: Payload characters shown in a listing.
 PAYLOAD_WIDTH = 100
 _COORDINATES = 'topic, "partition", "offset"'
@@ -28,7 +29,7 @@ def over(settings: Settings) -> Rows:
     """Run SQL through the deployment's serving engine; ``dead_letter_replays`` is empty until it exists."""
     known = engine.with_data(settings)
     if DEAD_LETTERS not in known:
-        raise ValueError(f"no dead_letters table at {settings.table(DEAD_LETTERS)} yet: the speed layer "
+        raise ValueError(f"no dead_letters table at {tables.DEAD_LETTERS.path(settings)} yet: the speed layer "
                          f"creates it when it starts (`lambdalake up`)")
     prefix = "" if REPLAYS in known else _NO_REPLAYS
 

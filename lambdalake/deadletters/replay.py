@@ -16,15 +16,14 @@ import pyarrow as pa
 from infra.settings import Settings
 from lambdalake.deadletters import queries
 from lambdalake.deadletters.corrections import Replay, Request, plan, read_requests
+from views import tables
 
-REPLAYS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                            ("replayed_at", pa.timestamp("us", tz="UTC")), ("corrected", pa.bool_())])
 
 
 def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
     from kafka.errors import KafkaError
 
-    from infra import producer
+    from domains import producer
 
     try:
         return producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
@@ -39,7 +38,8 @@ def _record(settings: Settings, replays: list[Replay]) -> None:
 
     now = datetime.now(timezone.utc)
     rows = [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
-    write_deltalake(settings.table(queries.REPLAYS), pa.Table.from_pylist(rows, REPLAYS_SCHEMA), mode="append")
+    replays = tables.DEAD_LETTER_REPLAYS
+    write_deltalake(replays.path(settings), pa.Table.from_pylist(rows, replays.schema), mode="append")
 
 
 def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> dict:

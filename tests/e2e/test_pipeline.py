@@ -1,4 +1,5 @@
-"""End to end on the real parts: Kafka (events and the products changelog) -> speed layer ->
+"""End to end on the real parts, Spark on a standalone cluster (a master and two workers): Kafka (events
+and the products changelog) -> speed layer ->
 raw_events/dead_letters, the products dimension and the speed views; the past days are backfilled from
 Airflow's own UI in headless Chromium (the "Trigger -> Backfill" dialog of batch_recompute) and run by
 its scheduler, which also catches up the nightly run due since the DAG's start date (yesterday); every
@@ -12,9 +13,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from domains import producer
 from domains.clickstream import PRODUCTS, generator
 from domains.sample import Mix, counts
-from infra import kafka, processes, producer, services
+from infra import kafka, processes, services, spark_cluster
 from serving_layer import engine
 from tests import browser, oracle
 from tests.compare import assert_measures, merged_rows, within_sketch_error
@@ -57,8 +59,8 @@ def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: 
             assert_measures(view, row, expected[name][key], key)
 
 
-def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service):
-    settings = airflow_service.settings
+def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service, on_spark_cluster):
+    settings = on_spark_cluster
     now = datetime.now(timebase.UTC)
     today = timebase.day_start(now.date())
     first = today - timedelta(days=HISTORY_DAYS)
@@ -104,6 +106,8 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         assert all((r["source"], r["is_final"]) == ("speed", False) for r in before)  # no batch day: provisional
 
         records = records + _late_events_reach_the_merged_view(airflow_service, records, category, today)
+        ran = spark_cluster.applications(settings)  # the speed layer and the batch tasks ran on the cluster
+        assert "lambdalake-speed" in ran and "lambdalake-batch" in ran, ran
     finally:
         services.stop_speed(settings)
 

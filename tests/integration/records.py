@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.producer import Record
+from domains.producer import Record
 from views import domain, events
 
 

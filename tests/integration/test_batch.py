@@ -12,6 +12,7 @@ from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
+from infra import storage
 from tests import oracle
 from tests.integration.records import land
 from views import compile, get, timebase
@@ -68,13 +69,13 @@ def test_days_are_final_in_whatever_order_they_were_computed(spark, tables, land
 def test_without_raw_events_nothing_is_written(spark, tables):
     with pytest.raises(FileNotFoundError, match="no raw_events table"):
         recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
-    assert not (tables.data / "batch").exists() and not (tables.data / "serving_state").exists()
+    assert storage.delta_tables(tables.storage_root) == []
 
 
 def test_interval_must_be_whole_days(spark, tables, landed):
     with pytest.raises(ValueError, match="whole UTC days"):
         recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(hours=5))
-    assert not (tables.data / "batch").exists()
+    assert storage.folders(tables.table("batch")) == []
 
 
 def _results(spark, tables, suite: str) -> list:

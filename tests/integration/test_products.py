@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from domains.clickstream import PRODUCTS
-from infra.producer import Record, read_file
+from domains.producer import Record, read_file
 from tests.integration.records import kafka_frame
 from views import changelog, timebase
 

@@ -14,11 +14,10 @@ import pytest
 from delta.tables import DeltaTable
 from deltalake import write_deltalake
 
-from batch_layer.recompute import LEDGER
 from batch_layer.stale import stale_days
 from domains.clickstream import generator
+from domains.producer import Record
 from domains.sample import Mix
-from infra.producer import Record
 from infra.settings import load
 from speed_layer import queries
 from speed_layer.compact import compact
@@ -26,7 +25,7 @@ from speed_layer.fold import Fold
 from tests.compare import merged_rows
 from tests.integration.records import kafka_frame
 from views import all_views, timebase
-from views.compile import PARTIALS
+from views import tables as catalog
 
 pytestmark = pytest.mark.integration
 
@@ -139,7 +138,7 @@ def test_sessions_show_while_open_and_grow(spark, tables):
 
 
 def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, uninterrupted):
-    partials = lambda: spark.read.format("delta").load(folded.table(PARTIALS))  # noqa: E731
+    partials = lambda: spark.read.format("delta").load(catalog.SPEED_PARTIALS.path(folded))  # noqa: E731
     before = partials().groupBy("view").count().collect()
     folded_hours = compact(spark, folded)
     assert folded_hours.get("page_views_per_minute", 0) >= 1 and "sessions_hourly" not in folded_hours
@@ -156,7 +155,8 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     queries.ensure_tables(spark, tables)
     start = datetime(2026, 6, 1, 10, tzinfo=timebase.UTC)
     write_deltalake(tables.table("serving_state"), pa.Table.from_pylist(
-        [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}], LEDGER))
+        [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}],
+        catalog.SERVING_STATE.schema))
     records = generator.generate(start, start + timedelta(hours=1), 300, seed=4, mix=Mix(late=0, duplicate=0, malformed=0))
     Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
     counted = {(r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()}

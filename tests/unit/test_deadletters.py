@@ -11,7 +11,7 @@ import pytest
 from lambdalake import deadletters as dl
 from lambdalake.deadletters import corrections, queries
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter, Request
-from lambdalake.deadletters.replay import REPLAYS_SCHEMA
+from views import tables
 from tests import dead_letter_rows
 from tests.dead_letter_rows import FUTURE, T0
 
@@ -28,7 +28,8 @@ def _connect(replayed: list[Coordinates] = ()) -> queries.Rows:
     con.execute("SET TimeZone = 'UTC'")
     con.register("dead_letters", dead_letter_rows.table(LETTERS))
     con.register("dead_letter_replays", pa.Table.from_pylist(
-        [{**at._asdict(), "replayed_at": T0, "corrected": False} for at in replayed], REPLAYS_SCHEMA))
+        [{**at._asdict(), "replayed_at": T0, "corrected": False} for at in replayed],
+        tables.DEAD_LETTER_REPLAYS.schema))
 
     def rows(sql: str, params: dict) -> list[dict]:
         result = con.execute(sql, params)

@@ -2,7 +2,8 @@
 
 from datetime import date
 
-from speed_layer.late_events import SCHEMA, Tally, count
+from speed_layer.late_events import Tally, count
+from views.tables import LATE_EVENTS
 from views import all_views
 
 D20, D21, D22 = (date(2026, 11, d) for d in (20, 21, 22))
@@ -12,7 +13,7 @@ def _late(tally: Tally, finals: dict) -> dict:
     views = all_views()
     chosen = [views["page_views_per_minute"], views["search_ctr_hourly"]]
     table = count(tally, chosen, finals, batch_id=7)
-    assert table.schema == SCHEMA and set(table.column("batch_id").to_pylist()) <= {7}
+    assert table.schema == LATE_EVENTS.schema and set(table.column("batch_id").to_pylist()) <= {7}
     return {(row["view"], row["day"]): row["events"] for row in table.to_pylist()}
 
 

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import pytest
 
-from infra.producer import parse_lines, read_file
+from domains.producer import parse_lines, read_file
 from views.timebase import UTC
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,6 +15,7 @@ from batch_layer import versions
 from infra.settings import Settings
 from serving_layer import engine, sandbox
 from serving_layer.sandbox import QueryError
+from views import tables as catalog
 from views.timebase import UTC
 
 WINDOW = pa.timestamp("us", "UTC")
@@ -179,12 +180,12 @@ def test_a_switch_of_version_shows_at_the_next_query(settings):
     """A new version of a view's batch table (here at the same Delta version number as the one serving)
     is not read until the version pointers switch to it; then the next query reads it, and back."""
     view, start = "page_views_per_minute", datetime(2026, 1, 1, 10, tzinfo=UTC)
-    write_deltalake(settings.table(versions.table_name(view, "v2")), pa.table({
+    write_deltalake(catalog.batch(view, "v2").path(settings), pa.table({
         "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
         "views": [7], "unique_users": [2]}))
     served = lambda: engine.query(settings, f"SELECT views FROM {view}")[1]  # noqa: E731
     assert served() == [(3,)]
     for label, views in (("v2", 7), (None, 3)):
-        versions.switch(settings, {view: versions.table_name(view, label)}, datetime.now(UTC),
+        versions.switch(settings, {view: catalog.batch(view, label).name}, datetime.now(UTC),
                         versions.snapshot(settings, [view]))
         assert served() == [(views,)]

@@ -9,21 +9,24 @@ from deltalake import write_deltalake
 
 from batch_layer import versions
 from infra.settings import Settings
+from views import tables as catalog
 from views.timebase import UTC
 
 VIEW = "page_views_per_minute"
 
 
-@pytest.fixture
-def settings(tmp_path):
-    settings = Settings(home=tmp_path / "home")
+@pytest.fixture(params=["folder", "file URI"])
+def settings(tmp_path, request):
+    """A deployment whose tables are in its home's folder, or at a ``file://`` URI (setting ``storage``)."""
+    storage = (tmp_path / "lake").as_uri() if request.param == "file URI" else None
+    settings = Settings(home=tmp_path / "home", storage=storage)
     for label in (None, "v2", "broken"):  # the first version, a second, and a failed attempt's leftover
-        write_deltalake(settings.table(versions.table_name(VIEW, label)), pa.table({"n": [1]}))
+        write_deltalake(catalog.batch(VIEW, label).path(settings), pa.table({"n": [1]}))
     return settings
 
 
 def _switch(settings, label):
-    versions.switch(settings, {VIEW: versions.table_name(VIEW, label)}, datetime.now(UTC),
+    versions.switch(settings, {VIEW: catalog.batch(VIEW, label).name}, datetime.now(UTC),
                     versions.snapshot(settings, [VIEW]))
 
 
@@ -56,7 +59,7 @@ def test_a_switch_names_the_previous_version_and_retirement_keeps_what_may_serve
 
 def test_a_switch_built_on_a_version_written_since_is_refused(settings):
     based_on = versions.snapshot(settings, [VIEW])
-    write_deltalake(settings.table(versions.table_name(VIEW)), pa.table({"n": [2]}), mode="append")
+    write_deltalake(catalog.batch(VIEW).path(settings), pa.table({"n": [2]}), mode="append")
     with pytest.raises(versions.Conflict, match="nothing was switched"):
-        versions.switch(settings, {VIEW: versions.table_name(VIEW, "v2")}, datetime.now(UTC), based_on)
+        versions.switch(settings, {VIEW: catalog.batch(VIEW, "v2").name}, datetime.now(UTC), based_on)
     assert versions.current(settings, VIEW).endswith(f"batch/{VIEW}")

@@ -1,0 +1,66 @@
+"""The table storage's folders, through fsspec: a local folder or a filesystem URI (the ``storage``
+setting). Spark reads and writes the tables through Hadoop and delta-rs through its own object store
+client; what neither does (list a folder's tables, delete one, tell when one was last written) is here.
+fsspec serves ``file://`` and local paths itself; ``s3a://`` needs s3fs installed, ``abfss://`` adlfs."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from fsspec.core import url_to_fs
+
+LOG = "_delta_log"
+
+
+def local_path(location: str) -> str | None:
+    """The local path of ``location`` (a path or a ``file://`` URI); None for any other URI."""
+    url = urlparse(location)
+    return location if not url.scheme else url.path if url.scheme == "file" else None
+
+
+def _join(root: str, path: str, found: str) -> str:
+    """``found`` (an fsspec path under ``path``) as a location under ``root`` (``path``'s location)."""
+    return f"{root.rstrip('/')}/{found[len(path.rstrip('/')):].lstrip('/')}" if found.startswith(path.rstrip("/")) \
+        else found
+
+
+def delta_tables(root: str) -> list[str]:
+    """The Delta tables at or under ``root``, as locations."""
+    fs, path = url_to_fs(root)
+    logs = fs.glob(f"{path.rstrip('/')}/**/{LOG}") if fs.exists(path) else []
+    return sorted(_join(root, path, log)[:-len(LOG) - 1] for log in logs)
+
+
+def folders(root: str) -> list[str]:
+    """The folders directly under ``root`` (none if it does not exist), as locations."""
+    fs, path = url_to_fs(root)
+    if not fs.exists(path):
+        return []
+    return sorted(_join(root, path, entry["name"]) for entry in fs.ls(path, detail=True)
+                  if entry["type"] == "directory")
+
+
+def data_files(location: str) -> int:
+    """How many Parquet files the table at ``location`` holds, whichever versions read them."""
+    fs, path = url_to_fs(location)
+    return sum(1 for found in fs.find(path) if found.endswith(".parquet") and f"/{LOG}/" not in found)
+
+
+def delete(location: str) -> None:
+    """Delete the folder at ``location`` and everything in it, if it is there."""
+    fs, path = url_to_fs(location)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def last_written(location: str) -> float:
+    """When the table at ``location`` was last written (seconds since the epoch): its newest Delta
+    commit, or, with no commit yet (a write under way or failed), its newest file; 0 if it has none."""
+    try:
+        return DeltaTable(location).history(1)[0]["timestamp"] / 1000
+    except TableNotFoundError:
+        fs, path = url_to_fs(location)
+        return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
+

@@ -1,0 +1,89 @@
+"""The table catalogue: every Delta table lambdalake keeps, with its partitioning, its schema (or the
+declaration it is derived from) and, for a table a stream writes, the stream's checkpoint. The layers
+name their tables through it; ``Settings.table`` says where a name is stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from views.source import Changelog
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    description: str
+    partition_by: tuple[str, ...] = ()
+    #: The columns, where the platform fixes them; None where a declaration does (see ``description``).
+    schema: pa.Schema | None = None
+    #: The checkpoint (under the deployment's ``checkpoints``) of the stream that appends to it.
+    checkpoint: str | None = None
+
+    def path(self, settings) -> str:
+        """Where ``settings``' deployment stores it."""
+        return settings.table(self.name)
+
+
+_UTC = pa.timestamp("us", "UTC")
+
+RAW_EVENTS = Table("raw_events", "every valid event as landed, resent copies included; columns: the domain's "
+                   "source (views.events.landed)", ("event_date",), checkpoint="landing")
+DEAD_LETTERS = Table("dead_letters", "every record that failed validation, its raw bytes and the reason "
+                     "(views.events.dead_letters)", ("dead_letter_date",), checkpoint="landing")
+LATE_EVENTS = Table("late_events", "per view and event day, the events the speed layer left to batch",
+                    schema=pa.schema([pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
+                                      pa.field("events", pa.int64(), False), pa.field("received_at", _UTC, False),
+                                      pa.field("batch_id", pa.int64(), False)]), checkpoint="landing")
+SPEED_PARTIALS = Table("speed_partials", "the speed views' mergeable partial aggregates: a row per micro-batch, "
+                       "window and key, the states of view v in struct column v (views.compile.packed), partitioned "
+                       "by view and the hour its windows start", ("view", "window_hour"), checkpoint="landing")
+SERVING_STATE = Table("serving_state", "the ledger: per view, the days batch has made final",
+                      schema=pa.schema([pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
+                                        pa.field("rows", pa.int64(), False),
+                                        pa.field("computed_at", _UTC, False)]))
+SERVING_VERSIONS = Table("serving_versions", "per view, the batch table version the serving layer reads",
+                         schema=pa.schema([pa.field("view", pa.string(), False),
+                                           pa.field("table", pa.string(), False),
+                                           pa.field("switched_at", _UTC, False),
+                                           pa.field("previous_table", pa.string())]))
+QUALITY_RESULTS = Table("quality_results", "each Great Expectations check's result",
+                        schema=pa.schema([("checked_at", _UTC), ("suite", pa.string()), ("first_day", pa.date32()),
+                                          ("last_day", pa.date32()), ("expectation", pa.string()),
+                                          ("severity", pa.string()), ("success", pa.bool_()),
+                                          ("observed", pa.string())]))
+CORRECTIONS = Table("corrections", "per recompute, how far the speed rows were from batch",
+                    schema=pa.schema([("computed_at", _UTC), ("view", pa.string()), ("first_day", pa.date32()),
+                                      ("last_day", pa.date32()), ("measure", pa.string()),
+                                      ("speed_windows", pa.int64()), ("batch_windows", pa.int64()),
+                                      ("added", pa.int64()), ("removed", pa.int64()), ("changed", pa.int64()),
+                                      ("difference", pa.float64()), ("relative_difference", pa.float64())]))
+DEAD_LETTER_REPLAYS = Table("dead_letter_replays", "the dead letters sent again, corrected or as they were",
+                            schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                                              ("offset", pa.int64()), ("replayed_at", _UTC),
+                                              ("corrected", pa.bool_())]))
+#: The tables every deployment has, whatever its domain, in the order the serving layer reads them: the
+#: ledger before the version pointers (batch_layer.versions), the speed partials last.
+PLATFORM = (RAW_EVENTS, DEAD_LETTERS, LATE_EVENTS, SERVING_STATE, SERVING_VERSIONS, DEAD_LETTER_REPLAYS,
+            QUALITY_RESULTS, CORRECTIONS, SPEED_PARTIALS)
+
+
+#: The folder of the views' batch tables.
+BATCH = "batch"
+
+
+def batch(view: str, label: str | None = None) -> Table:
+    """A version of view ``view``'s batch table: the first, or the one labelled ``label``."""
+    name = f"{BATCH}/{view}" if label is None else f"{BATCH}/{view}@{label}"
+    return Table(name, f"view {view}'s final rows, as batch computed them (views.compile)")
+
+
+def changes(dimension: Changelog) -> Table:
+    """A dimension's changelog as landed (views.changelog.changes)."""
+    return Table(dimension.changes, f"every change to dimension {dimension.name}", checkpoint=dimension.name)
+
+
+def dimension(declared: Changelog) -> Table:
+    """A dimension's current rows, rebuilt from its changes (views.changelog.dimension)."""
+    return Table(declared.name, declared.description, checkpoint=declared.name)
