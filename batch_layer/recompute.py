@@ -32,10 +32,11 @@ def _literal(moment: datetime) -> str:
     return f"TIMESTAMP'{timebase.utc(moment):%Y-%m-%d %H:%M:%S}'"
 
 
-def read_table(spark: SparkSession, settings: Settings, table: tables.Table) -> DataFrame:
-    path = table.path(settings)
+def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+    """The catalogue's table ``name`` (raw_events, a dimension)."""
+    path = settings.table(name)
     if not DeltaTable.isDeltaTable(spark, path):
-        raise FileNotFoundError(f"no {table.name} table at {path}: start the speed layer (`lambdalake up`) "
+        raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
                                 f"so that events land before recomputing")
     return spark.read.format("delta").load(path)
 
@@ -51,7 +52,7 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
     start, end = timebase.utc(start), timebase.utc(end)
     timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = _days_read(views, start, end)
-    records = read_table(spark, settings, tables.RAW_EVENTS).where(F.col("event_date").between(first, last))
+    records = read_table(spark, settings, tables.RAW_EVENTS.name).where(F.col("event_date").between(first, last))
     return records.select(*domain(settings.domain).source.columns, "event_date", *compile.RECEIPT_ORDER)
 
 
