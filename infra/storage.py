@@ -20,17 +20,16 @@ def local_path(location: str) -> str | None:
     return location if not url.scheme else url.path if url.scheme == "file" else None
 
 
-def _join(root: str, path: str, found: str) -> str:
-    """``found`` (an fsspec path under ``path``) as a location under ``root`` (``path``'s location)."""
-    return f"{root.rstrip('/')}/{found[len(path.rstrip('/')):].lstrip('/')}" if found.startswith(path.rstrip("/")) \
-        else found
+def _under(root: str, path: str, found: str) -> str:
+    """``found``, an fsspec path under ``path`` (``root`` as fsspec names it), as a location under ``root``."""
+    return root.rstrip("/") + found[len(path.rstrip("/")):]
 
 
 def delta_tables(root: str) -> list[str]:
     """The Delta tables at or under ``root``, as locations."""
     fs, path = url_to_fs(root)
     logs = fs.glob(f"{path.rstrip('/')}/**/{LOG}") if fs.exists(path) else []
-    return sorted(_join(root, path, log)[:-len(LOG) - 1] for log in logs)
+    return sorted(_under(root, path, log)[:-len(LOG) - 1] for log in logs)
 
 
 def folders(root: str) -> list[str]:
@@ -38,7 +37,7 @@ def folders(root: str) -> list[str]:
     fs, path = url_to_fs(root)
     if not fs.exists(path):
         return []
-    return sorted(_join(root, path, entry["name"]) for entry in fs.ls(path, detail=True)
+    return sorted(_under(root, path, entry["name"]) for entry in fs.ls(path, detail=True)
                   if entry["type"] == "directory")
 
 
@@ -63,4 +62,3 @@ def last_written(location: str) -> float:
     except TableNotFoundError:
         fs, path = url_to_fs(location)
         return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
-
