@@ -60,7 +60,7 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
         find(f"//div[@role='group'][label[normalize-space()='{label}']]//*[@data-testid='datetime-input']").click()
         date = find("//*[@data-scope='popover' and @data-state='open']//input[@placeholder='YYYY/MM/DD']")
         date.send_keys(f"{day:%Y/%m/%d}", Keys.ESCAPE)
-    find(f"//*[normalize-space()='{len(days)} runs will be triggered.']")
+    find(f"//*[normalize-space()='{len(days)} run{'s' * (len(days) != 1)} will be triggered.']")
     unpause = find(f"//label[.//span[normalize-space()='Unpause {dag} on trigger']]//input")
     assert unpause.is_selected()  # the DAG is paused; the dialog unpauses it, or no run would start
     screenshot(browser, "airflow-backfill-dialog.png")

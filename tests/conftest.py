@@ -26,7 +26,7 @@ PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "a
          "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
-HISTORY_DAYS = 3
+HISTORY_DAYS = 2
 
 
 @pytest.fixture(scope="session")
