@@ -75,10 +75,11 @@ class Fold:
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
             list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
         self._commit(steps, batch_id, valid, tables.RAW_EVENTS, small)
-        self.state.advance(counted.newest)
-        for view in self.views:
-            if view.name in grown:
-                self.state.close_sessions(view, grown[view.name])
+        with _timed(steps, "keep state"):
+            self.state.advance(counted.newest)
+            for view in self.views:
+                if view.name in grown:
+                    self.state.close_sessions(view, grown[view.name])
         parsed.unpersist()
         self.timings = steps
         for name, count in (("records", counted.total), ("dead_letters", counted.dead),
