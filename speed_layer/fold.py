@@ -104,7 +104,7 @@ class Fold:
                       for view in self.views for name in compile.dimension_tables(view)}
         partials = []
         for view in self.views:
-            rows = compile.enrich(view, self._rows(view, new, grown, steps), dimensions, as_of=False)
+            rows = compile.enrich(view, self._rows(view, new, grown), dimensions, as_of=False)
             packed = compile.packed(view, compile.aggregate(view, rows, exact=False))
             if self.profile:
                 with _timed(steps, f"view {view.name}"):
@@ -121,14 +121,14 @@ class Fold:
             firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
         return state.checkpoint(firsts)
 
-    def _rows(self, view: View, new: DataFrame, grown: dict[str, DataFrame], steps: dict[str, float]) -> DataFrame:
+    def _rows(self, view: View, new: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
         """The prepared rows the new events add to ``view`` (and take back from it)."""
         rows = compile.own(compile.inputs(view, new))
         for join in view.joins:
             if isinstance(join, FollowedBy):
                 rows = rows.unionByName(self._flagged(view, join, rows, new))
         if isinstance(view.window, Session):
-            rows = self._sessions(view, rows, grown, steps)
+            rows = self._sessions(view, rows, grown)
         return rows
 
     def _flagged(self, view: View, join: FollowedBy, rows: DataFrame, new: DataFrame) -> DataFrame:
@@ -144,17 +144,15 @@ class Fold:
         newly = compile.flagged(view, join, compile.flagged(view, join, candidates, followers), known, how="left_anti")
         return flagged_new.unionByName(newly)
 
-    def _sessions(self, view: View, rows: DataFrame, grown: dict[str, DataFrame], steps: dict[str, float]) -> DataFrame:
+    def _sessions(self, view: View, rows: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
         """Session rows: the sessions the new events start or change (+1) and, taken back (-1), the
-        open sessions they changed. ``grown[view]`` gets the open sessions after the batch. (The
-        changed sessions are computed once, for the rows and the state alike.)"""
+        open sessions they changed. ``grown[view]`` gets the open sessions after the batch."""
         per = view.window.per
         spans = compile.spans(view, rows)
         keys = spans.select(per).distinct()
         open_sessions = self.state.sessions[view.name]
         touched = open_sessions.join(keys, per, "left_semi")
-        with _timed(steps, f"sessions {view.name}"):
-            after = state.checkpoint(compile.sessions(view, touched.unionByName(spans)))
+        after = compile.sessions(view, touched.unionByName(spans))
         grown[view.name] = open_sessions.join(keys, per, "left_anti").unionByName(after)
         return compile.session_rows(view, after).unionByName(compile.session_rows(view, touched, weight=-1))
 
