@@ -46,14 +46,14 @@ class BatchAppends:
     def __init__(self, app_id: str) -> None:
         self.app_id, self.last = app_id, {}
 
-    def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
-        """Append ``rows`` unless micro-batch ``batch_id`` was committed there; new columns (a view
-        added to the partials table) join the table's schema. A few rows already in the driver (an
-        Arrow table) are written by delta-rs, without a Spark job."""
+    def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> bool:
+        """Append ``rows`` unless micro-batch ``batch_id`` was committed there (then False); new columns
+        (a view added to the partials table) join the table's schema. A few rows already in the driver
+        (an Arrow table) are written by delta-rs, without a Spark job."""
         if path not in self.last:
             self.last[path] = committed_batch(path, self.app_id)
         if batch_id <= self.last[path]:
-            return
+            return False
         mark = json.dumps({"app": self.app_id, "batch": batch_id})
         if isinstance(rows, pa.Table):
             deltalake.write_deltalake(path, rows, mode="append", partition_by=list(partition_by) or None,
@@ -63,6 +63,7 @@ class BatchAppends:
             (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
              .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
         self.last[path] = batch_id
+        return True
 
 
 def to_arrow(rows: DataFrame) -> pa.Table:

@@ -14,6 +14,9 @@ with each micro-batch ``n``:
    partials of every view in one commit to speed_partials, side by side; then raw_events, last. A
    small micro-batch's rows are collected and committed by delta-rs, which commits in milliseconds
    where Spark's Delta writer takes a few tenths of a second per commit.
+
+Landing alone (no speed views) needs no dedupe and no cache: raw_events is written straight from the
+parse, counted as it goes, and the dead records are parsed again from their own Kafka records.
 """
 
 from __future__ import annotations
@@ -53,48 +56,76 @@ class Fold:
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        steps, mark = {}, self.state.watermark
-        finals = late_events.final_through(self.settings, self.views) if self.views else {}
-        with _timed(steps, "parse"):
-            parsed = late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
-                                                          self.settings.future_horizon_seconds), mark).persist()
-            valid = events.landed(parsed, self.source)
-            counted = late_events.tally(parsed)
+        steps: dict[str, float] = {}
         grown: dict[str, DataFrame] = {}
-        partials = None
-        if self.views:  # landing alone needs no dedupe: raw_events keeps every copy
-            with _timed(steps, "dedupe"):
-                new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
-            partials = self._partials(records.sparkSession, new, grown, steps)
-            self.state.remember(new)  # after the views' plans took the state before this batch
-        late = late_events.count(counted, self.views, finals, batch_id)
-        small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
-        side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
-                (late, tables.LATE_EVENTS, True) if late.num_rows else None,
-                (partials, tables.SPEED_PARTIALS, small) if partials is not None else None]
-        with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
-            list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
-        self._commit(steps, batch_id, valid, tables.RAW_EVENTS, small)
+        if self.views:
+            counted = self._fold(self._parse(records), batch_id, grown, steps)
+        else:
+            counted = self._land(records, batch_id, steps)
         with _timed(steps, "keep state"):
             self.state.advance(counted.newest)
             for view in self.views:
                 if view.name in grown:
                     self.state.close_sessions(view, grown[view.name])
-        parsed.unpersist()
         self.timings = steps
         for name, count in (("records", counted.total), ("dead_letters", counted.dead),
                             ("late_events", counted.behind)):
             self.totals[name] += count
 
+    def _parse(self, records: DataFrame) -> DataFrame:
+        return late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
+                                                    self.settings.future_horizon_seconds), self.state.watermark)
+
+    def _fold(self, parsed: DataFrame, batch_id: int, grown: dict[str, DataFrame],
+              steps: dict[str, float]) -> late_events.Tally:
+        """Land ``parsed`` and fold its new events into every view (``grown``: the open sessions after)."""
+        finals = late_events.final_through(self.settings, self.views)
+        with _timed(steps, "parse"):
+            counted = late_events.tally(parsed.persist())
+        with _timed(steps, "dedupe"):
+            new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
+        partials = self._partials(parsed.sparkSession, new, grown, steps)
+        self.state.remember(new)  # after the views' plans took the state before this batch
+        late = late_events.count(counted, self.views, finals, batch_id)
+        small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
+        side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
+                (late, tables.LATE_EVENTS, True) if late.num_rows else None,
+                (partials, tables.SPEED_PARTIALS, small)]
+        with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
+            list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
+        self._commit(steps, batch_id, events.landed(parsed, self.source), tables.RAW_EVENTS, small)
+        parsed.unpersist()  # what the state keeps of it is checkpointed
+        return counted
+
+    def _land(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
+        """Landing alone, which needs no dedupe: raw_events written straight from the parse and counted
+        as it goes (no cache, no Spark job of its own), then the dead letters it found, parsed again
+        from their own Kafka records."""
+        parsed = self._parse(records)
+        observed, seen = late_events.observe(parsed)
+        dead = events.dead_letters(parsed)
+        if self._commit(steps, batch_id, events.landed(observed, self.source), tables.RAW_EVENTS, False, "parse + "):
+            counted, dead_at = late_events.observed(seen)
+            if dead_at:  # parsed again: the dead records alone
+                place = list(late_events.KAFKA_PLACE)
+                at = records.sparkSession.createDataFrame(dead_at, records.select(*place).schema)
+                dead = events.dead_letters(self._parse(records.join(F.broadcast(at), place, "left_semi")))
+        else:  # committed before this (replayed) micro-batch: counted again
+            counted = late_events.tally(parsed)
+        if counted.dead:
+            self._commit(steps, batch_id, dead, tables.DEAD_LETTERS, counted.dead_bytes <= self.driver_bytes)
+        return counted
+
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table,
-                from_driver: bool) -> None:
-        """Append ``rows`` to ``table``; ``from_driver``: collected first and written by delta-rs (for
-        a small micro-batch, a Delta commit without Spark's per-commit cost)."""
+                from_driver: bool, doing: str = "") -> bool:
+        """Append ``rows`` to ``table`` unless this micro-batch was committed there (then False);
+        ``from_driver``: collected first and written by delta-rs (for a small micro-batch, a Delta
+        commit without Spark's per-commit cost). Timed as ``doing`` and the commit."""
         step = f"commit {table.name}" if table != tables.SPEED_PARTIALS else f"views + commit {table.name}"
-        with _timed(steps, step):
+        with _timed(steps, doing + step):
             if from_driver and isinstance(rows, DataFrame):
                 rows = delta.to_arrow(rows)
-            self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
+            return self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
 
     def _partials(self, spark: SparkSession, new: DataFrame, grown: dict[str, DataFrame],
                   steps: dict[str, float]) -> DataFrame:

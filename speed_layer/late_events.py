@@ -20,11 +20,11 @@ from datetime import date, datetime, timezone
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
-from views import tables
+from views import events, tables
 from views.model import View
 from views.timebase import DAY
 
@@ -47,34 +47,33 @@ BEHIND = "_behind"
 
 def flag_behind(parsed: DataFrame, watermark: datetime | None) -> DataFrame:
     """``parsed`` with :data:`BEHIND`: whether each event is behind ``watermark``. (Computed once with
-    the parse: every later step filters on the column, so its generated code stays the same from one
-    micro-batch to the next, where a time literal would have Spark compile it again.)"""
-    return parsed.withColumn(BEHIND, F.coalesce(F.col("event_time") < F.lit(watermark), F.lit(False)))
+    the parse, and every later step filters on the column: the generated code stays the same from one
+    micro-batch to the next.)"""
+    return parsed.withColumn(BEHIND, F.coalesce(F.col("event_time") < events.moment(watermark), F.lit(False)))
 
 
 @dataclass(frozen=True)
 class Tally:
-    """A micro-batch's records counted in one Spark job: the valid ones per (event type, day, behind
-    the watermark), the dead ones and their bytes, the newest valid event time and all the bytes."""
+    """A micro-batch's records counted: the valid ones and those behind the watermark, the dead ones
+    and their bytes, the newest valid event time and all the bytes; with views, the valid ones per
+    (event type, day, behind the watermark), which their late counts need."""
 
-    groups: tuple[tuple[str, date, bool, int], ...]
+    valid: int
+    behind: int
     dead: int
     dead_bytes: int
     newest: datetime | None
     #: Bytes of every record of the micro-batch, valid or not.
     bytes: int
+    groups: tuple[tuple[str, date, bool, int], ...] = ()
 
     @property
     def total(self) -> int:
-        return self.dead + sum(events for *_, events in self.groups)
-
-    @property
-    def behind(self) -> int:
-        return sum(events for _, _, behind_mark, events in self.groups if behind_mark)
+        return self.valid + self.dead
 
 
 def tally(parsed: DataFrame) -> Tally:
-    """Count ``parsed`` (speed_layer's parse of a micro-batch, :func:`flag_behind`) as :class:`Tally` says."""
+    """Count ``parsed`` (speed_layer's parse of a micro-batch, :func:`flag_behind`) in one Spark job."""
     fine = F.col("reason").isNull()
     rows = parsed.groupBy(fine.alias("fine"), F.when(fine, F.col("event_type")).alias("type"),
                           F.when(fine, F.col("event_date")).alias("day"),
@@ -82,9 +81,32 @@ def tally(parsed: DataFrame) -> Tally:
         F.count(F.lit(1)).alias("events"), F.sum(F.length("raw")).alias("bytes"),
         F.max("event_time").alias("newest")).collect()
     valid, dead = [row for row in rows if row.fine], [row for row in rows if not row.fine]
-    return Tally(tuple((row.type, row.day, row.behind, row.events) for row in valid),
+    return Tally(sum(row.events for row in valid), sum(row.events for row in valid if row.behind),
                  sum(row.events for row in dead), sum(row.bytes or 0 for row in dead),
-                 max((row.newest for row in valid), default=None), sum(row.bytes or 0 for row in rows))
+                 max((row.newest for row in valid), default=None), sum(row.bytes or 0 for row in rows),
+                 tuple((row.type, row.day, row.behind, row.events) for row in valid))
+
+
+#: Where a Kafka record is, which :func:`observe` keeps of each dead one.
+KAFKA_PLACE = ("topic", "partition", "offset")
+
+
+def observe(parsed: DataFrame) -> tuple[DataFrame, Observation]:
+    """``parsed``, counted as the first action that reads it goes by (no Spark job of its own), for
+    :func:`observed` once that action is done."""
+    fine, seen = F.col("reason").isNull(), Observation()
+    return parsed.observe(
+        seen, F.count_if(fine).alias("valid"), F.count_if(fine & F.col(BEHIND)).alias("behind"),
+        F.count_if(~fine).alias("dead"), F.sum(F.when(~fine, F.length("raw"))).alias("dead_bytes"),
+        F.max(F.when(fine, F.col("event_time"))).alias("newest"), F.sum(F.length("raw")).alias("bytes"),
+        F.collect_list(F.when(~fine, F.struct(*KAFKA_PLACE))).alias("dead_at")), seen
+
+
+def observed(seen: Observation) -> tuple[Tally, list[Row]]:
+    """The :class:`Tally` that :func:`observe` counted (without groups), and where its dead records are."""
+    counts = seen.get
+    return Tally(counts["valid"], counts["behind"], counts["dead"], counts["dead_bytes"] or 0, counts["newest"],
+                 counts["bytes"] or 0), counts["dead_at"]
 
 
 def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:

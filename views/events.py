@@ -7,6 +7,7 @@ the same rules.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from functools import lru_cache
 
 from pyspark.sql import Column, DataFrame
@@ -101,7 +102,7 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
-        F.current_timestamp().alias("ingested_at"),
+        F.col("ingested_at"),
         F.from_json(payload, schema, _JSON_OPTIONS).alias("json"),
         F.length(F.col("value")).alias("size"),
     )
@@ -120,16 +121,33 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
     columns = (
         *((event_time if name == source.time else named[name]).alias(source.column(name)) for name in source.fields),
         F.to_date(event_time).alias("event_date"),
-        *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), reason.alias("reason"),
+        *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), _opaque(reason).alias("reason"),
     )
     return fields, texts, columns
+
+
+def _opaque(column: Column) -> Column:
+    """``column``, made non-deterministic (at the cost of one comparison per row), so that Spark neither
+    folds it into a constant nor pushes a filter on it into the parse. (Spark 4.1 would inline the JSON
+    parse into a filter on ``reason`` once per reference: 96 times; SPARK-47672, fixed in 4.2 by
+    ``spark.sql.optimizer.avoidDoubleFilterEval``.)"""
+    return F.when(F.spark_partition_id() >= 0, column)
+
+
+def moment(at: datetime | None) -> Column:
+    """``at`` as a timestamp column that Spark reads at run time: a time literal is written into the
+    generated code and makes Spark compile it again each micro-batch, where text is passed to it."""
+    text = None if at is None else at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return F.to_timestamp(_opaque(F.lit(text)), "yyyy-MM-dd HH:mm:ss.SSSSSS")
 
 
 def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
     """Kafka records -> one row per record with ``source``'s event columns and ``reason`` (null if valid).
 
-    ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary).
+    ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary); they
+    are ``ingested_at`` now.
     """
+    records = records.withColumn("ingested_at", moment(datetime.now(timezone.utc)))
     for step in _parse_steps(source, max_payload_bytes, future_horizon_seconds):
         records = records.select(*step)
     return records

@@ -7,6 +7,7 @@ search -> click join."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime, timedelta
 
 import pyarrow as pa
@@ -163,3 +164,30 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     assert counted == {("page_views_per_minute", start.date()): sum(
         json.loads(r.value)["event_type"] == "page_view" for r in records)}
     assert stale_days(tables) == [start.date()]
+
+
+def _landed(spark, settings) -> dict[str, Counter]:
+    """raw_events and dead_letters rows, without the times they were landed at."""
+    def rows(table, left_out):
+        return Counter(map(tuple, spark.read.format("delta").load(table.path(settings)).drop(*left_out).collect()))
+    return {"raw_events": rows(catalog.RAW_EVENTS, ("ingested_at",)),
+            "dead_letters": rows(catalog.DEAD_LETTERS, ("dead_lettered_at", "dead_letter_date"))}
+
+
+def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployment, tmp_path_factory, records,
+                                                                 folded):
+    """Without views, the fold lands in one pass, counted as it writes: the same raw_events (every
+    copy) and dead_letters as the fold with every view; a replayed micro-batch adds nothing."""
+    settings = _home(tmp_path_factory, deployment, "landing-alone")
+    queries.ensure_tables(spark, settings)
+    batches = _batches(spark, records)
+    fold = Fold(spark, settings, [], "landing")
+    for batch_id in range(3):
+        fold(batches[batch_id], batch_id)
+    fold = Fold(spark, settings, [], "landing")  # restarted: micro-batch 2 is replayed
+    for batch_id in range(2, len(batches)):
+        fold(batches[batch_id], batch_id)
+    assert _landed(spark, settings) == _landed(spark, folded)
+    replayed = records[2 * (len(records) // CUTS + 1):]
+    assert (fold.totals["records"], fold.totals["dead_letters"]) == (
+        len(replayed), sum(r.kind == "malformed" for r in replayed))
