@@ -12,8 +12,9 @@ with each micro-batch ``n``:
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
    (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any) and the
    partials of every view in one commit to speed_partials, side by side; then raw_events, last. A
-   small micro-batch's rows are collected and committed by delta-rs, which commits in milliseconds
-   where Spark's Delta writer takes a few tenths of a second per commit.
+   small micro-batch's rows, and a large one's partials (one row per view, window and key), are
+   collected and committed by delta-rs, which commits in milliseconds where Spark's Delta writer takes
+   a second per commit.
 
 Landing alone (no speed views) needs no dedupe and no cache: raw_events is written straight from the
 parse, counted as it goes, and the dead records are parsed again from their own Kafka records.
@@ -39,6 +40,11 @@ from views.model import FollowedBy, Session, View
 #: A micro-batch of up to this many bytes (its dead letters alone, likewise) is collected and written
 #: from the driver by delta-rs, not by Spark's Delta writer (by default; ``Fold(driver_bytes=...)``).
 DRIVER_BYTES = 16 * 2**20
+#: A larger micro-batch's partials are collected too, if they are at most this many rows (a few hundred
+#: bytes to a few kilobytes each: one per view, window and key).
+DRIVER_PARTIALS = 50_000
+#: Per session view: its open sessions after a micro-batch, and the sessions the batch changed (cached).
+Grown = dict[str, tuple[DataFrame, DataFrame]]
 
 
 class Fold:
@@ -57,7 +63,7 @@ class Fold:
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         steps: dict[str, float] = {}
-        grown: dict[str, DataFrame] = {}
+        grown: Grown = {}
         if self.views:
             counted = self._fold(self._parse(records), batch_id, grown, steps)
         else:
@@ -66,7 +72,9 @@ class Fold:
             self.state.advance(counted.newest)
             for view in self.views:
                 if view.name in grown:
-                    self.state.close_sessions(view, grown[view.name])
+                    open_sessions, changed = grown[view.name]
+                    self.state.close_sessions(view, open_sessions)
+                    changed.unpersist()
         self.timings = steps
         for name, count in (("records", counted.total), ("dead_letters", counted.dead),
                             ("late_events", counted.behind)):
@@ -76,7 +84,7 @@ class Fold:
         return late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
                                                     self.settings.future_horizon_seconds), self.state.watermark)
 
-    def _fold(self, parsed: DataFrame, batch_id: int, grown: dict[str, DataFrame],
+    def _fold(self, parsed: DataFrame, batch_id: int, grown: Grown,
               steps: dict[str, float]) -> late_events.Tally:
         """Land ``parsed`` and fold its new events into every view (``grown``: the open sessions after)."""
         finals = late_events.final_through(self.settings, self.views)
@@ -89,10 +97,12 @@ class Fold:
         late = late_events.count(counted, self.views, finals, batch_id)
         small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
         side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
-                (late, tables.LATE_EVENTS, True) if late.num_rows else None,
-                (partials, tables.SPEED_PARTIALS, small)]
+                (late, tables.LATE_EVENTS, True) if late.num_rows else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
-            list(pool.map(lambda write: self._commit(steps, batch_id, *write), filter(None, side)))
+            done = [pool.submit(self._commit, steps, batch_id, *write) for write in filter(None, side)]
+            done.append(pool.submit(self._commit_partials, steps, batch_id, partials, small))
+            for commit in done:
+                commit.result()
         self._commit(steps, batch_id, events.landed(parsed, self.source), tables.RAW_EVENTS, small)
         parsed.unpersist()  # what the state keeps of it is checkpointed
         return counted
@@ -121,13 +131,21 @@ class Fold:
         """Append ``rows`` to ``table`` unless this micro-batch was committed there (then False);
         ``from_driver``: collected first and written by delta-rs (for a small micro-batch, a Delta
         commit without Spark's per-commit cost). Timed as ``doing`` and the commit."""
-        step = f"commit {table.name}" if table != tables.SPEED_PARTIALS else f"views + commit {table.name}"
-        with _timed(steps, doing + step):
+        with _timed(steps, f"{doing}commit {table.name}"):
             if from_driver and isinstance(rows, DataFrame):
                 rows = delta.to_arrow(rows)
             return self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
 
-    def _partials(self, spark: SparkSession, new: DataFrame, grown: dict[str, DataFrame],
+    def _commit_partials(self, steps: dict[str, float], batch_id: int, partials: DataFrame, small: bool) -> None:
+        """Commit the views' partials: from the driver if the micro-batch is small or they are few rows
+        (a large micro-batch's are computed first, timed as ``views``, and counted)."""
+        if not small:
+            with _timed(steps, "views"):
+                partials = state.checkpoint(partials)
+                small = partials.count() <= DRIVER_PARTIALS
+        self._commit(steps, batch_id, partials, tables.SPEED_PARTIALS, small)
+
+    def _partials(self, spark: SparkSession, new: DataFrame, grown: Grown,
                   steps: dict[str, float]) -> DataFrame:
         """Every view's partials of the new events as rows of the partials table (computed as the
         table is written; with ``profile``, each view computed apart first, to time it)."""
@@ -152,7 +170,7 @@ class Fold:
             firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
         return state.checkpoint(firsts)
 
-    def _rows(self, view: View, new: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
+    def _rows(self, view: View, new: DataFrame, grown: Grown) -> DataFrame:
         """The prepared rows the new events add to ``view`` (and take back from it)."""
         rows = compile.own(compile.inputs(view, new))
         for join in view.joins:
@@ -175,16 +193,17 @@ class Fold:
         newly = compile.flagged(view, join, compile.flagged(view, join, candidates, followers), known, how="left_anti")
         return flagged_new.unionByName(newly)
 
-    def _sessions(self, view: View, rows: DataFrame, grown: dict[str, DataFrame]) -> DataFrame:
+    def _sessions(self, view: View, rows: DataFrame, grown: Grown) -> DataFrame:
         """Session rows: the sessions the new events start or change (+1) and, taken back (-1), the
-        open sessions they changed. ``grown[view]`` gets the open sessions after the batch."""
+        open sessions they changed. ``grown[view]`` gets the open sessions after the batch, and the
+        changed sessions, kept from the views' job for the state's (unpersisted once it is kept)."""
         per = view.window.per
         spans = compile.spans(view, rows)
         keys = spans.select(per).distinct()
         open_sessions = self.state.sessions[view.name]
         touched = open_sessions.join(keys, per, "left_semi")
-        after = compile.sessions(view, touched.unionByName(spans))
-        grown[view.name] = open_sessions.join(keys, per, "left_anti").unionByName(after)
+        after = compile.sessions(view, touched.unionByName(spans)).persist()
+        grown[view.name] = open_sessions.join(keys, per, "left_anti").unionByName(after), after
         return compile.session_rows(view, after).unionByName(compile.session_rows(view, touched, weight=-1))
 
 
