@@ -109,7 +109,7 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
             shutil.rmtree(settings.data, ignore_errors=True)
     settings = _deployment(root, "profiled", speed_profile=True)
     say("one more drain with every view timed apart (speed_profile), for the steps table ...")
-    drains["profiled"] = [throughput.speed(settings, total)]
+    drains["profiled"] = [throughput.speed(settings, total, live_heap=True)]
     return drains
 
 
@@ -155,11 +155,14 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
         f"Backlog: {total:,} records. Events/s: median of {len(full)} drains (each drain listed).", "",
         "| job | events/s | drains | ratio to baseline |", "|---|---|---|---|", *rows, "",
         f"Memory of the speed layer (driver and JVM, resident; the JVM's heap capped at `spark_driver_memory`, "
-        f"{Settings.spark_driver_memory}) at each quarter of the drain with all views: {memory}.",
+        f"{Settings.spark_driver_memory}) at each quarter of the drain with all views: {memory}. "
+        f"Its live heap (in use right after a full collection, forced at each quarter of the profiled drain "
+        f"below): {' → '.join(f'{m:,.0f}' for m in profiled.live_heap_mb)} MB.",
         "",
         "### Where a micro-batch's time goes",
         "",
-        f"One more drain with all views and `speed_profile` on (each view computed apart, to time it; "
+        f"One more drain with all views and `speed_profile` on (each view computed apart, to time it, and "
+        f"four full collections; "
         f"{total / profiled.seconds:,.0f} events/s, not counted above): seconds per step over the whole drain, "
         f"from the health report's steps of each micro-batch seen ({profiled.batches} micro-batches). The "
         f"dead_letters, late_events and speed_partials commits overlap in time.",

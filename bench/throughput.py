@@ -38,6 +38,8 @@ class Drain:
     batches: int
     #: Resident memory of the speed layer's processes (Python driver and JVM) at each quarter of the drain.
     memory_mb: list[float] = field(default_factory=list)
+    #: With ``live_heap``: the JVM's heap in use right after a full collection, at each quarter.
+    live_heap_mb: list[float] = field(default_factory=list)
     #: Seconds per step, summed over the micro-batches seen.
     steps: dict[str, float] = field(default_factory=dict)
 
@@ -67,12 +69,24 @@ def _memory_mb(pid: int) -> float:
     return rss / 2**20
 
 
-def speed(settings: Settings, total: int) -> Drain:
-    """Drain the topic with the speed layer's own process, watching its health report."""
+def _live_heap_mb(pid: int) -> float:
+    """The heap in use in the speed layer's JVM right after a full collection (``jcmd GC.run``), from
+    ``jstat``: its live objects, what a leak would grow."""
+    [jvm] = [p.pid for p in psutil.Process(pid).children(recursive=True) if p.name() == "java"]
+    subprocess.run(["jcmd", str(jvm), "GC.run"], check=True, capture_output=True, timeout=60)
+    header, values = subprocess.run(["jstat", "-gc", str(jvm)], check=True, capture_output=True, text=True,
+                                    timeout=60).stdout.split("\n")[:2]
+    gc = dict(zip(header.split(), values.split()))
+    return sum(float(gc[space]) for space in ("S0U", "S1U", "EU", "OU")) / 1024
+
+
+def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
+    """Drain the topic with the speed layer's own process, watching its health report (and, with
+    ``live_heap``, its live heap at each quarter: each a full collection, which the drain's time pays)."""
     services.start_speed(settings)
     pid = processes.running_pid(settings, services.SPEED)
     try:
-        deadline, first, seen, memory, steps = time.monotonic() + TIMEOUT, None, set(), {}, {}
+        deadline, first, seen, memory, steps, live = time.monotonic() + TIMEOUT, None, set(), {}, {}, {}
         while time.monotonic() < deadline:
             report = services.speed_health(settings)
             if report is None:
@@ -86,11 +100,14 @@ def speed(settings: Settings, total: int) -> Drain:
                     for step, seconds in report["steps"].items():
                         steps[step] = steps.get(step, 0) + seconds
                 done = sum(report["processed_offsets"].values())
-                memory.setdefault(min(4, 4 * done // total), _memory_mb(pid))
+                quarter = min(4, 4 * done // total)
+                memory.setdefault(quarter, _memory_mb(pid))
+                if live_heap and quarter not in live:
+                    live[quarter] = _live_heap_mb(pid)
                 if done >= total:
-                    quarters = [memory[q] for q in sorted(memory)]
                     return Drain(batch_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
-                                 query["batch_id"] + 1, quarters, steps)
+                                 query["batch_id"] + 1, [memory[q] for q in sorted(memory)],
+                                 [live[q] for q in sorted(live)], steps)
             time.sleep(0.2)
         raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")
     finally:
