@@ -166,7 +166,7 @@ class Fold:
         firsts = compile.first_copies(fresh).select(*self.source.columns)
         recent = self.state.recent()  # a resent copy has its event's time: only ids need comparing
         if recent is not None:  # an inner join: a semi join would be pushed into every piece, each its own job
-            seen = recent.select("event_id").join(F.broadcast(firsts.select("event_id")), "event_id")
+            seen = recent.select("event_id").join(F.broadcast(fresh.select("event_id")), "event_id")
             firsts = firsts.join(F.broadcast(seen), "event_id", "left_anti")
         return state.checkpoint(firsts)
 
