@@ -18,8 +18,8 @@ def jars() -> list[str]:
 
 #: The JIT compiles every method, the large generated ones too: the parse's validation stage is over
 #: HotSpot's 8,000-byte limit, and ran interpreted (its reason column: 1.3 s -> 0.6 s per 200k records).
-#: The throughput collector: on two cores G1's concurrent marking and write barriers took a sixth of the
-#: speed layer's CPU (warm 200k micro-batches: 10.4 -> 8.9 s each).
+#: The throughput collector (ParallelGC): on two cores it costs the speed layer less CPU than G1's
+#: concurrent marking and write barriers (warm 200k micro-batches in one process: 10.4 -> 8.9 s each).
 JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 #: On a cluster, the cores and memory one application (the speed layer, a batch task) takes, so that
 #: the speed layer and batch runs share it.
