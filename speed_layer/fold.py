@@ -54,6 +54,9 @@ class Fold:
                  profile: bool = False, driver_bytes: int = DRIVER_BYTES) -> None:
         self.settings, self.views, self.profile, self.driver_bytes = settings, views, profile, driver_bytes
         self.appends = delta.BatchAppends(app_id)
+        # a micro-batch's cache lives for that micro-batch only: uncompressed, it costs the parse a fifth
+        # less (warm 200k micro-batches: 3.0 -> 2.5 s)
+        spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         self.source = domain(settings.domain).source
         raw_events = spark.read.format("delta").load(tables.RAW_EVENTS.path(settings))
         self.state = state.restore(spark, raw_events, self.source.columns, views, state.duration(settings.watermark))
