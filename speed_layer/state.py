@@ -58,7 +58,7 @@ class State:
         of every piece's scan again each micro-batch."""
         if not self.pieces:
             return None
-        events = reduce(DataFrame.unionByName, self.pieces)
+        events = _spread(reduce(DataFrame.unionByName, self.pieces))
         return events if since is None else events.where(F.col("event_time") >= F.lit(since))
 
     def remember(self, new: DataFrame) -> None:
@@ -80,13 +80,21 @@ class State:
         """Keep the sessions of ``view`` that an event at or after the watermark can still extend."""
         if self.watermark is not None:
             open_sessions = open_sessions.where(F.col("last") >= F.lit(self.watermark - view.window.gap))
-        self.sessions[view.name] = checkpoint(open_sessions)
+        self.sessions[view.name] = checkpoint(_spread(open_sessions))
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
     """``frame`` computed once and kept in the executors, its lineage cut, so that state does not grow
     a plan from batch to batch (Spark frees it once nothing refers to it)."""
     return frame.localCheckpoint(eager=True)
+
+
+def _spread(frame: DataFrame) -> DataFrame:
+    """``frame`` (a union of checkpointed pieces) in as many partitions as there are cores, without a
+    shuffle: unions add their pieces' partitions up, so a state rebuilt from its last version each
+    micro-batch would otherwise have two more partitions, and every scan of it two more tasks, each
+    micro-batch."""
+    return frame.coalesce(frame.sparkSession.sparkContext.defaultParallelism)
 
 
 def empty_sessions(spark: SparkSession, view: View) -> DataFrame:
