@@ -149,6 +149,20 @@ def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, 
     assert compact(spark, folded) == {}  # nothing left to fold
 
 
+def test_the_state_stays_in_as_many_partitions_as_cores(spark, tables, records):
+    """Each micro-batch adds a piece to the recent events and rebuilds the open sessions from their
+    last version: however many micro-batches, both are read in as many partitions as there are cores
+    (a union's partitions would otherwise add up, and every scan of the state take more tasks)."""
+    views = [all_views()[name] for name in ("sessions_hourly", "search_ctr_hourly")]
+    queries.ensure_tables(spark, tables)
+    fold = Fold(spark, tables, views, "partitions")
+    for batch_id, batch in enumerate(_batches(spark, records)):
+        fold(batch, batch_id)
+    cores = spark.sparkContext.defaultParallelism
+    assert fold.state.recent().rdd.getNumPartitions() <= cores
+    assert fold.state.sessions["sessions_hourly"].rdd.getNumPartitions() <= cores
+
+
 def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     """Events that are not behind the watermark but fall on a day batch made final count as late for
     the views that day is final for, so that the late-data recompute corrects it."""
