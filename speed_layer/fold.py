@@ -10,8 +10,9 @@ with each micro-batch ``n``:
    a click may still follow, the sessions a new event may extend or join: a grown session is
    retracted and added again, so open sessions show and grow);
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
-   (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any) and the
-   partials of every view in one commit to speed_partials, side by side; then raw_events, last. A
+   (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any, from
+   the parse on, while the dedupe runs) and the partials of every view in one commit to
+   speed_partials, side by side; then raw_events, last. A
    small micro-batch's rows, and a large one's partials (one row per view, window and key), are
    collected and committed by delta-rs, which commits in milliseconds where Spark's Delta writer takes
    a second per commit.
@@ -93,16 +94,17 @@ class Fold:
         finals = late_events.final_through(self.settings, self.views)
         with _timed(steps, "parse"):
             counted = late_events.tally(parsed.persist())
-        with _timed(steps, "dedupe"):
-            new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
-        partials = self._partials(parsed.sparkSession, new, grown, steps)
-        self.state.remember(new)  # after the views' plans took the state before this batch
         late = late_events.count(counted, self.views, finals, batch_id)
         small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
         side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
                 (late, tables.LATE_EVENTS, True) if late.num_rows else None]
-        with ThreadPoolExecutor(3) as pool:  # independent commits overlap; raw_events goes last
+        with ThreadPoolExecutor(3) as pool:  # independent commits overlap the dedupe, the views' plans
+            # and one another; raw_events goes last
             done = [pool.submit(self._commit, steps, batch_id, *write) for write in filter(None, side)]
+            with _timed(steps, "dedupe"):
+                new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
+            partials = self._partials(parsed.sparkSession, new, grown, steps)
+            self.state.remember(new)  # after the views' plans took the state before this batch
             done.append(pool.submit(self._commit_partials, steps, batch_id, partials, small))
             for commit in done:
                 commit.result()
