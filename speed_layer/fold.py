@@ -12,10 +12,9 @@ with each micro-batch ``n``:
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
    (:class:`infra.delta.BatchAppends`): dead_letters and late_events (when the batch has any, from
    the parse on, while the dedupe runs) and the partials of every view in one commit to
-   speed_partials, side by side; then raw_events, last. A
-   small micro-batch's rows, and a large one's partials (one row per view, window and key), are
-   collected and committed by delta-rs, which commits in milliseconds where Spark's Delta writer takes
-   a second per commit.
+   speed_partials, side by side; then raw_events, last. A small micro-batch's rows, and a large
+   one's partials (one row per view, window and key), are collected and committed by delta-rs, which
+   commits in milliseconds where Spark's Delta writer takes a second per commit.
 
 Landing alone (no speed views) needs no dedupe and no cache: raw_events is written straight from the
 parse, counted as it goes, and the dead records are parsed again from their own Kafka records.

@@ -58,7 +58,7 @@ class State:
         of every piece's scan again each micro-batch."""
         if not self.pieces:
             return None
-        events = _spread(reduce(DataFrame.unionByName, self.pieces))
+        events = _per_core(reduce(DataFrame.unionByName, self.pieces))
         return events if since is None else events.where(F.col("event_time") >= F.lit(since))
 
     def remember(self, new: DataFrame) -> None:
@@ -80,7 +80,7 @@ class State:
         """Keep the sessions of ``view`` that an event at or after the watermark can still extend."""
         if self.watermark is not None:
             open_sessions = open_sessions.where(F.col("last") >= F.lit(self.watermark - view.window.gap))
-        self.sessions[view.name] = checkpoint(_spread(open_sessions))
+        self.sessions[view.name] = checkpoint(_per_core(open_sessions))
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
@@ -89,7 +89,7 @@ def checkpoint(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True)
 
 
-def _spread(frame: DataFrame) -> DataFrame:
+def _per_core(frame: DataFrame) -> DataFrame:
     """``frame`` (a union of checkpointed pieces) in as many partitions as there are cores, without a
     shuffle: unions add their pieces' partitions up, so a state rebuilt from its last version each
     micro-batch would otherwise have two more partitions, and every scan of it two more tasks, each
