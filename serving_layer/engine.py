@@ -5,8 +5,9 @@ others (serving_layer.merge); the master dataset and dead letters are there too,
 ``dead_letters``. An :class:`Engine` serves many queries: it opens a table again only when its Delta
 log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) on a cursor of its own,
 so readers run side by side. Each version of the tables the views read is copied once into DuckDB's
-own storage, where a point query takes a millisecond; the master dataset and dead letters, which grow
-with every micro-batch, are scanned in place.
+own storage, where a point query takes a millisecond (a version that only appends, as a micro-batch's
+does, from the last copy plus its new files); the master dataset and dead letters, which grow with
+every micro-batch, are scanned in place.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (batch_layer.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
@@ -26,6 +27,7 @@ from datetime import date, datetime
 
 import duckdb
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from datasketches import hll_sketch, hll_union
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -99,11 +101,26 @@ def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
 
 
+def _appended(before, after):
+    """The files that dataset ``after`` adds to dataset ``before``, as a dataset, if it only adds files to it
+    (as a micro-batch's commit does) with the same schema; else None."""
+    if before is None or before.schema != after.schema:
+        return None
+    kept = {fragment.path for fragment in before.get_fragments()}
+    fragments = list(after.get_fragments())
+    if not kept <= {fragment.path for fragment in fragments}:
+        return None
+    added = [fragment for fragment in fragments if fragment.path not in kept]
+    return ds.FileSystemDataset(added, after.schema, after.format, after.filesystem)
+
+
 class _Table:
     """One Delta table, read again only when its log changed."""
 
     def __init__(self, path: str):
         self.path, self.stamp, self.table, self.version, self.dataset = path, None, None, None, None
+        #: What the last change added to the dataset before it, if it only added files (see :func:`_appended`).
+        self.appended = None
 
     def changed(self) -> bool:
         """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went.
@@ -127,12 +144,13 @@ class _Table:
         self.stamp = stamp
         if self.table.version() == self.version:
             return False
-        self.version, self.dataset = self.table.version(), self.table.to_pyarrow_dataset()
+        before, self.version, self.dataset = self.dataset, self.table.version(), self.table.to_pyarrow_dataset()
+        self.appended = _appended(before, self.dataset)
         return True
 
     def _gone(self) -> bool:
         gone = self.dataset is not None
-        self.stamp, self.table, self.version, self.dataset = None, None, None, None
+        self.stamp, self.table, self.version, self.dataset, self.appended = None, None, None, None, None
         return gone
 
 
@@ -212,7 +230,7 @@ class Engine:
                     self._point_batch_tables()
         if changed:
             registered = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
-            registered.update({name: self._copy(name) for name in changed
+            registered.update({name: self._copy(name, self._state.tables.get(name)) for name in changed
                                if name in registered and name not in SCANNED})
             registered.update({name: data for name, data in self._state.tables.items()
                                if name in registered and name not in changed and isinstance(data, str)})
@@ -236,16 +254,19 @@ class Engine:
             self._db.execute(f'DROP TABLE "{copy}"')
         self._retired -= unused
 
-    def _copy(self, name: str) -> str:
+    def _copy(self, name: str, previous) -> str:
         """Copy the current version of table ``name`` into the database, in window order if it has
         windows (so that a query for a time skips all but a few row groups); the copy's name, never
-        used before (two tables a view switches between may have versions of one number)."""
+        used before (two tables a view switches between may have versions of one number). A version
+        that only added files to the one copied as ``previous`` is copied from it and the added files."""
         table = self._tables[name]
         copy = f"{name}@{table.version}#{next(self._copies)}"
         order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
-        self._db.register("_version", table.dataset)
+        grown = isinstance(previous, str) and table.appended is not None
+        self._db.register("_version", table.appended if grown else table.dataset)
+        source = f'"{previous}" UNION ALL FROM _version' if grown else "_version"
         try:
-            self._db.execute(f'CREATE TABLE "{copy}" AS FROM _version{order}')
+            self._db.execute(f'CREATE TABLE "{copy}" AS FROM {source}{order}')
         finally:
             self._db.unregister("_version")
         return copy

@@ -176,6 +176,24 @@ def test_readers_see_each_new_version_while_it_is_written(settings):
     assert [name.partition("#")[0] for (name,) in copies] == ["batch_page_views_per_minute@10"]
 
 
+def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(settings):
+    """A version that only adds files is copied from the previous copy plus the added files' rows; one that
+    rewrites the table or changes its schema is copied whole; either way a query reads the version exactly."""
+    path, table = settings.table("serving_state"), engine._engine(settings)._tables["serving_state"]
+    rows = lambda: engine.query(settings, "SELECT * FROM serving_state ORDER BY day")[1]  # noqa: E731
+    assert rows() == [("page_views_per_minute", date(2026, 1, 1))]
+    write_deltalake(path, pa.table({"view": ["a", "b"], "day": [date(2026, 1, 2), date(2026, 1, 3)]}), mode="append")
+    assert rows() == [("page_views_per_minute", date(2026, 1, 1)), ("a", date(2026, 1, 2)), ("b", date(2026, 1, 3))]
+    assert table.appended.to_table().column("view").to_pylist() == ["a", "b"]
+    write_deltalake(path, pa.table({"view": ["c"], "day": [date(2026, 1, 4)]}), mode="overwrite")
+    assert rows() == [("c", date(2026, 1, 4))] and table.appended is None
+    write_deltalake(path, pa.table({"view": ["d"], "day": [date(2026, 1, 5)], "rows": [9]}), mode="append",
+                    schema_mode="merge")
+    assert rows() == [("c", date(2026, 1, 4), None), ("d", date(2026, 1, 5), 9)] and table.appended is None
+    write_deltalake(path, pa.table({"view": ["e"], "day": [date(2026, 1, 6)], "rows": [1]}), mode="append")
+    assert rows()[-1] == ("e", date(2026, 1, 6), 1) and len(rows()) == 3 and table.appended.count_rows() == 1
+
+
 def test_a_switch_of_version_shows_at_the_next_query(settings):
     """A new version of a view's batch table (here at the same Delta version number as the one serving)
     is not read until the version pointers switch to it; then the next query reads it, and back."""
