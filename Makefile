@@ -23,10 +23,12 @@ setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver
 	$(PY) -m pip check
 	touch $@
 
-$(JARS)/.resolved: infra/jvm/spark/pom.xml infra/jvm/kafka/pom.xml infra/jvm/settings.xml
-	rm -rf $(JARS)/spark $(JARS)/kafka
+$(JARS)/.resolved: $(wildcard infra/jvm/*/pom.xml) infra/jvm/settings.xml
+	rm -rf $(JARS)/spark $(JARS)/kafka $(JARS)/s3proxy
 	cd infra/jvm/spark && $(MVN) dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory=$(CURDIR)/$(JARS)/spark
+	cd infra/jvm/s3a && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/spark
 	cd infra/jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/kafka
+	cd infra/jvm/s3proxy && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/s3proxy
 	touch $@
 
 demo: setup

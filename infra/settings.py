@@ -56,6 +56,9 @@ class Settings:
     spark_master_port: int = 7077
     #: The standalone master's web UI; its workers' are the next two ports.
     spark_ui_port: int = 8090
+    #: Spark settings every layer's session takes, after lambdalake's own: an object store's connector
+    #: (``{"spark.hadoop.fs.s3a.endpoint": "https://...", ...}``), a cluster's. Kept as sorted pairs.
+    spark_conf: tuple[tuple[str, str], ...] = ()
     #: Modules that declare a deployment's own views (one ``VIEW`` each), beside the views package.
     view_modules: tuple[str, ...] = ()
     #: The views the speed layer keeps up to date (None: all of them); the others are batch only.
@@ -82,6 +85,8 @@ class Settings:
         for name in ("view_modules", "speed_views"):  # lists from settings.json: kept as tuples (hashable)
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.spark_conf, dict):
+            object.__setattr__(self, "spark_conf", tuple(sorted(self.spark_conf.items())))
 
     def topic_of(self, declared: str) -> str:
         """The deployment's name of the topic a domain declares as ``declared``."""

@@ -39,7 +39,7 @@ def session(settings: Settings, app_name: str, master: str | None = None):
     builder = SparkSession.builder.master(master)
     for key, value in ({} if master.startswith("local") else CLUSTER_SHARE).items():
         builder = builder.config(key, value)
-    spark = (
+    builder = (
         builder.appName(app_name)
         .config("spark.jars", ",".join(jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
@@ -76,7 +76,9 @@ def session(settings: Settings, app_name: str, master: str | None = None):
         # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} {JVM_OPTIONS}")
-        .getOrCreate()
     )
+    for key, value in settings.spark_conf:
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

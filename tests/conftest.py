@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 from datetime import datetime, timedelta
 
 import pytest
 
 from infra import kafka, spark_cluster, settings as config
+from infra.object_store import LocalS3
 from infra.settings import Settings
 from views import timebase
 
@@ -24,6 +26,9 @@ EXTRA_VIEWS = ("tests.extra_view",)
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
 PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
          "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
+#: The session's S3 store (the ``object_store`` fixture), with keys of its own; the test deployment's
+#: Spark sessions are configured for it.
+S3 = LocalS3(19000 + SHIFT, "lambdalake-tests", secrets.token_urlsafe(16))
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
 HISTORY_DAYS = 2
@@ -38,6 +43,7 @@ def deployment(tmp_path_factory) -> Settings:
         "trigger_seconds": 2, "batch_start_date": (datetime.now(timebase.UTC).date() - timedelta(days=1)).isoformat(),
         "spark_driver_memory": "1g",
         "view_modules": list(EXTRA_VIEWS),
+        "spark_conf": S3.spark_conf(),
     }))
     return config.load(home)
 
@@ -58,6 +64,19 @@ def spark(deployment):
     session = sparks.session(deployment, "lambdalake-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def object_store(deployment) -> str:
+    """A real S3 API (S3Proxy on loopback, infra.object_store), started on first use: the ``s3a://`` URI
+    of a bucket. Spark reaches it by the deployment's ``spark_conf``, delta-rs and s3fs by the AWS
+    variables set while it runs."""
+    S3.start(deployment)
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in S3.environment().items():
+            env.setenv(name, value)
+        yield S3.create_bucket("lake")
+    assert S3.stop(deployment)
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ c. the merged view, with the boundary at a seeded random day, equals batch befor
    (through DuckDB, and through Spark SQL with the same rows),
    and equals the oracle exactly once batch has run for every day.
 
+One run keeps its tables in S3 (``s3a://``, a real S3 API on loopback), the others in a folder.
+
 Each seed draws its own days, events, dimension changes, micro-batch cuts and boundary.
 """
 
@@ -42,6 +44,8 @@ from views import all_views, changelog, domain, events, timebase
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FLUSH_AFTER = timedelta(hours=2)
+#: The run whose tables every layer reads and writes in the object store (the ``object_store`` fixture).
+ON_OBJECT_STORE = ("clickstream", 8)
 
 
 def _event(at: datetime, **fields) -> Record:
@@ -131,13 +135,16 @@ def _merged(settings, views) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(spark, deployment, tmp_path_factory) -> Callable[[Case, int], Run]:
+def runs(request, spark, deployment, tmp_path_factory) -> Callable[[Case, int], Run]:
     """Each (case, seed)'s run, built once for all the tests that compare it."""
     built: dict[tuple[str, int], Run] = {}
 
     def get(case: Case, seed: int) -> Run:
         if (case.domain, seed) not in built:
-            built[case.domain, seed] = _build(spark, deployment, tmp_path_factory, case, seed)
+            home = tmp_path_factory.mktemp(f"equivalence-{case.domain}-{seed}")
+            storage = (f"{request.getfixturevalue('object_store')}/{home.name}"
+                       if (case.domain, seed) == ON_OBJECT_STORE else None)
+            built[case.domain, seed] = _build(spark, deployment, home, storage, case, seed)
         return built[case.domain, seed]
     return get
 
@@ -148,12 +155,11 @@ def run(request, runs) -> Run:
     return runs(*request.param)
 
 
-def _build(spark, deployment, tmp_path_factory, case: Case, seed: int) -> Run:
-    """One seed's run of one domain's case."""
+def _build(spark, deployment, home, storage: str | None, case: Case, seed: int) -> Run:
+    """One seed's run of one domain's case, its deployment in ``home`` and its tables at ``storage``."""
     rng = random.Random(seed)
-    home = tmp_path_factory.mktemp(f"equivalence-{case.domain}-{seed}")
     settings_json = {**json.loads((deployment.home / "settings.json").read_text()),
-                     "domain": case.domain, "view_modules": list(case.view_modules)}
+                     "domain": case.domain, "view_modules": list(case.view_modules), "storage": storage}
     (home / "settings.json").write_text(json.dumps(settings_json))
     settings = load(home)
     views = all_views(settings.view_modules, settings.domain)

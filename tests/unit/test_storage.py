@@ -1,16 +1,20 @@
-"""The table storage's folder operations (infra.storage) on a plain folder and on a ``file://`` URI."""
+"""The table storage's folder operations (infra.storage) on a plain folder, a ``file://`` URI and an
+``s3a://`` URI of a real S3 API (the session's S3Proxy; not in the fast tier)."""
 
 import time
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from fsspec.core import url_to_fs
 
 from infra import storage
 
 
-@pytest.fixture(params=["folder", "file URI"])
+@pytest.fixture(params=["folder", "file URI", pytest.param("s3a URI", marks=pytest.mark.processes)])
 def root(tmp_path, request) -> str:
+    if request.param == "s3a URI":
+        return f"{request.getfixturevalue('object_store')}/{tmp_path.name}"
     return str(tmp_path / "lake") if request.param == "folder" else (tmp_path / "lake").as_uri()
 
 
@@ -27,13 +31,13 @@ def test_tables_folders_files_and_deletion(root):
     assert storage.folders(f"{root}/batch") == [f"{root}/batch/views"]
 
 
-def test_last_written_is_the_newest_commit_or_else_the_newest_file(root, tmp_path):
+def test_last_written_is_the_newest_commit_or_else_the_newest_file(root):
     before = time.time()
     write_deltalake(f"{root}/t", pa.table({"n": [1]}))
     assert before - 1 <= storage.last_written(f"{root}/t") <= time.time() + 1
-    leftover = tmp_path / "lake" / "leftover"  # a write that failed before its first commit
-    leftover.mkdir()
-    (leftover / "part-0.parquet").write_bytes(b"x")
+    fs, path = url_to_fs(f"{root}/leftover")  # a write that failed before its first commit
+    fs.makedirs(path, exist_ok=True)
+    fs.pipe(f"{path}/part-0.parquet", b"x")
     assert before - 1 <= storage.last_written(f"{root}/leftover") <= time.time() + 1
     assert storage.last_written(f"{root}/nothing") == 0
 
