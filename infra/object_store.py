@@ -47,11 +47,11 @@ class LocalS3:
         }.items()}
 
     def environment(self) -> dict[str, str]:
-        """The AWS variables by which delta-rs and s3fs find this store. delta-rs renames without a lock
-        (``AWS_S3_ALLOW_UNSAFE_RENAME``): safe for one writer per table, as here."""
+        """The AWS variables by which delta-rs and s3fs find this store. (delta-rs commits with S3's
+        conditional writes, ``If-None-Match``, which S3Proxy honours too: no lock is needed.)"""
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_ALLOW_HTTP": "true",
-                "AWS_S3_ALLOW_UNSAFE_RENAME": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+                "AWS_EC2_METADATA_DISABLED": "true"}
 
     def start(self, settings: Settings, timeout: float = 60) -> None:
         """Start S3Proxy (no-op if it runs), its objects kept in ``<home>/s3proxy/objects``."""

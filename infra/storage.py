@@ -9,9 +9,17 @@ from urllib.parse import urlparse
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from fsspec.core import url_to_fs
+from fsspec.core import url_to_fs as _url_to_fs
 
 LOG = "_delta_log"
+
+
+def url_to_fs(location: str):
+    """The fsspec filesystem of ``location`` and its path there, listing afresh: s3fs would otherwise
+    answer from the first listing of a folder for as long as the process runs."""
+    fs, path = _url_to_fs(location)
+    fs.invalidate_cache()
+    return fs, path
 
 
 def local_path(location: str) -> str | None:

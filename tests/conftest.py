@@ -26,9 +26,11 @@ EXTRA_VIEWS = ("tests.extra_view",)
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
 PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
          "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
-#: The session's S3 store (the ``object_store`` fixture), with keys of its own; the test deployment's
-#: Spark sessions are configured for it.
+#: The session's S3 store (the ``object_store`` fixture), with keys of its own. The test deployment's
+#: Spark sessions are configured for it (``spark_conf``), and its AWS variables are exported, as a user
+#: would before ``lambdalake up``: delta-rs and s3fs find it from every process (Airflow's tasks too).
 S3 = LocalS3(19000 + SHIFT, "lambdalake-tests", secrets.token_urlsafe(16))
+os.environ.update(S3.environment())
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
 HISTORY_DAYS = 2
@@ -69,23 +71,20 @@ def spark(deployment):
 @pytest.fixture(scope="session")
 def object_store(deployment) -> str:
     """A real S3 API (S3Proxy on loopback, infra.object_store), started on first use: the ``s3a://`` URI
-    of a bucket. Spark reaches it by the deployment's ``spark_conf``, delta-rs and s3fs by the AWS
-    variables set while it runs."""
+    of a bucket."""
     S3.start(deployment)
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in S3.environment().items():
-            env.setenv(name, value)
-        yield S3.create_bucket("lake")
+    yield S3.create_bucket("lake")
     assert S3.stop(deployment)
 
 
 @pytest.fixture
-def on_spark_cluster(deployment) -> Settings:
-    """The deployment on a Spark standalone cluster (a master and two workers on loopback) for one test:
-    the speed layer it starts and Airflow's batch tasks run there; the cluster is stopped afterwards."""
+def on_cluster_and_object_store(deployment, object_store) -> Settings:
+    """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
+    the object store, for one test: the speed layer it starts and Airflow's batch tasks run there; the
+    cluster is stopped afterwards."""
     path = deployment.home / "settings.json"
     saved = path.read_text()
-    settings = deployment.save(spark_master="standalone")
+    settings = deployment.save(spark_master="standalone", storage=f"{object_store}/e2e")
     spark_cluster.start(settings)
     yield settings
     path.write_text(saved)

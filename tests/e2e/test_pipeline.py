@@ -1,4 +1,5 @@
-"""End to end on the real parts, Spark on a standalone cluster (a master and two workers): Kafka (events
+"""End to end on the real parts, Spark on a standalone cluster (a master and two workers), every table in
+an S3 object store (s3a://): Kafka (events
 and the products changelog) -> speed layer ->
 raw_events/dead_letters, the products dimension and the speed views; the past days are backfilled from
 Airflow's own UI in headless Chromium (the "Trigger -> Backfill" dialog of batch_recompute) and run by
@@ -59,8 +60,8 @@ def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: 
             assert_measures(view, row, expected[name][key], key)
 
 
-def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service, on_spark_cluster):
-    settings = on_spark_cluster
+def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service, on_cluster_and_object_store):
+    settings = on_cluster_and_object_store
     now = datetime.now(timebase.UTC)
     today = timebase.day_start(now.date())
     first = today - timedelta(days=HISTORY_DAYS)
@@ -105,7 +106,8 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
                   for k, r in _merged(settings, name).items() if k[0] < first]
         assert all((r["source"], r["is_final"]) == ("speed", False) for r in before)  # no batch day: provisional
 
-        records = records + _late_events_reach_the_merged_view(airflow_service, records, category, today)
+        records = records + _late_events_reach_the_merged_view(settings, airflow_service.client, records, category,
+                                                              today)
         ran = spark_cluster.applications(settings)  # the speed layer and the batch tasks ran on the cluster
         assert "lambdalake-speed" in ran and "lambdalake-batch" in ran, ran
     finally:
@@ -128,10 +130,9 @@ def _assert_caught_up(client, day: datetime) -> None:
     client.wait_for_runs("batch_recompute", [r["dag_run_id"] for r in scheduled], timeout=600)
 
 
-def _late_events_reach_the_merged_view(airflow_service, records: list, category, today: datetime) -> list:
+def _late_events_reach_the_merged_view(settings, client, records: list, category, today: datetime) -> list:
     """Events for an already batched day, far behind the speed watermark: the speed layer (running)
     counts them in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
-    settings, client = airflow_service.settings, airflow_service.client
     yesterday = today - timedelta(days=1)
     late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
                               shaped=False, mix=Mix(late=0, duplicate=0, malformed=0))

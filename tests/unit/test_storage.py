@@ -25,10 +25,13 @@ def test_tables_folders_files_and_deletion(root):
     write_deltalake(f"{root}/raw_events", pa.table({"n": [3]}), mode="append")
     assert storage.delta_tables(root) == [f"{root}/batch/views", f"{root}/batch/views@v2", f"{root}/raw_events"]
     assert storage.folders(f"{root}/batch") == [f"{root}/batch/views", f"{root}/batch/views@v2"]
+    write_deltalake(f"{root}/batch/views@v3", pa.table({"n": [1]}))  # made after the folder was listed
+    assert storage.folders(f"{root}/batch") == [f"{root}/batch/views", f"{root}/batch/views@v2",
+                                                f"{root}/batch/views@v3"]
     assert storage.data_files(f"{root}/raw_events") == 2
     storage.delete(f"{root}/batch/views@v2")
     storage.delete(f"{root}/batch/views@v2")  # gone already: nothing to do
-    assert storage.folders(f"{root}/batch") == [f"{root}/batch/views"]
+    assert storage.folders(f"{root}/batch") == [f"{root}/batch/views", f"{root}/batch/views@v3"]
 
 
 def test_last_written_is_the_newest_commit_or_else_the_newest_file(root):
