@@ -1,8 +1,8 @@
 """A local S3 object store: S3Proxy over a folder of the home, bound to 127.0.0.1, from the Maven jars.
 
-The tests keep tables in it at ``s3a://`` URIs, and a user may try the object-store path with it before
-pointing ``storage`` at a real bucket. Spark reaches it through Hadoop's s3a connector (``spark_conf``,
-for the ``spark_conf`` setting), delta-rs and s3fs through the standard AWS variables (``environment``).
+The tests keep tables in it at ``s3a://`` URIs. Spark reaches it through Hadoop's s3a connector
+(``spark_conf``, for the ``spark_conf`` setting), delta-rs and s3fs through the standard AWS variables
+(``environment``), as they would a real bucket.
 """
 
 from __future__ import annotations

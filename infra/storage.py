@@ -9,15 +9,15 @@ from urllib.parse import urlparse
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from fsspec.core import url_to_fs as _url_to_fs
+from fsspec.core import url_to_fs
 
 LOG = "_delta_log"
 
 
-def url_to_fs(location: str):
+def _fs(location: str):
     """The fsspec filesystem of ``location`` and its path there, listing afresh: s3fs would otherwise
     answer from the first listing of a folder for as long as the process runs."""
-    fs, path = _url_to_fs(location)
+    fs, path = url_to_fs(location)
     fs.invalidate_cache()
     return fs, path
 
@@ -35,14 +35,14 @@ def _under(root: str, path: str, found: str) -> str:
 
 def delta_tables(root: str) -> list[str]:
     """The Delta tables at or under ``root``, as locations."""
-    fs, path = url_to_fs(root)
+    fs, path = _fs(root)
     logs = fs.glob(f"{path.rstrip('/')}/**/{LOG}") if fs.exists(path) else []
     return sorted(_under(root, path, log)[:-len(LOG) - 1] for log in logs)
 
 
 def folders(root: str) -> list[str]:
     """The folders directly under ``root`` (none if it does not exist), as locations."""
-    fs, path = url_to_fs(root)
+    fs, path = _fs(root)
     if not fs.exists(path):
         return []
     return sorted(_under(root, path, entry["name"]) for entry in fs.ls(path, detail=True)
@@ -51,13 +51,13 @@ def folders(root: str) -> list[str]:
 
 def data_files(location: str) -> int:
     """How many Parquet files the table at ``location`` holds, whichever versions read them."""
-    fs, path = url_to_fs(location)
+    fs, path = _fs(location)
     return sum(1 for found in fs.find(path) if found.endswith(".parquet") and f"/{LOG}/" not in found)
 
 
 def delete(location: str) -> None:
     """Delete the folder at ``location`` and everything in it, if it is there."""
-    fs, path = url_to_fs(location)
+    fs, path = _fs(location)
     if fs.exists(path):
         fs.rm(path, recursive=True)
 
@@ -68,5 +68,5 @@ def last_written(location: str) -> float:
     try:
         return DeltaTable(location).history(1)[0]["timestamp"] / 1000
     except TableNotFoundError:
-        fs, path = url_to_fs(location)
+        fs, path = _fs(location)
         return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
