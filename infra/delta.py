@@ -10,14 +10,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 
-def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
-    """Create an empty Delta table at ``path`` if there is none (with delta-rs for an Arrow schema)."""
+def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
+           properties: dict[str, str] | None = None) -> None:
+    """Create an empty Delta table at ``path`` if there is none (with delta-rs for an Arrow schema), with
+    table ``properties`` (set on a table that lacks them, too)."""
     if isinstance(schema, pa.Schema):
-        deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None)
-        return
-    # an empty append in "ignore" mode, not DeltaTable.createIfNotExists: its location check refuses a
-    # file:/// URI, which Hadoop writes file:/
-    spark.createDataFrame([], schema).write.format("delta").mode("ignore").partitionBy(*partition_by).save(path)
+        deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None,
+                                    configuration=properties)
+    else:
+        # an empty append in "ignore" mode, not DeltaTable.createIfNotExists: its location check refuses a
+        # file:/// URI, which Hadoop writes file:/
+        (spark.createDataFrame([], schema).write.format("delta").mode("ignore").partitionBy(*partition_by)
+         .options(**properties or {}).save(path))
+    if properties:
+        table = deltalake.DeltaTable(path)
+        if any(table.metadata().configuration.get(k) != v for k, v in properties.items()):
+            table.alter.set_table_properties(properties)
 
 
 def committed_batch(path: str, app_id: str) -> int:

@@ -34,6 +34,7 @@ RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2}
 KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")
 #: What ``parse`` keeps of them: the payload only as ``raw`` bytes, made text when landed.
 _KAFKA_KEPT = tuple(c for c in KAFKA_COLUMNS if c != "payload")
+_TIME = "_time"
 
 
 def decimal_rule(name: str, kind: str, text: Column) -> tuple[Column, Column]:
@@ -45,8 +46,9 @@ def decimal_rule(name: str, kind: str, text: Column) -> tuple[Column, Column]:
 
 
 def _rules(source: Source, typed: dict[str, Column], text: Column, json: Column, size: Column, now: Column,
-           max_bytes: int, horizon_seconds: int) -> list[tuple[Column, Column]]:
-    """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem."""
+           at: Column, max_bytes: int, horizon_seconds: int) -> list[tuple[Column, Column]]:
+    """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem (``at``:
+    the time field parsed)."""
     rules = [
         (size > max_bytes, F.lit(f"oversized payload: more than {max_bytes} bytes")),
         (text.isNull() | text["_corrupt"].isNotNull(), F.lit("malformed JSON: not a JSON object")),
@@ -60,9 +62,9 @@ def _rules(source: Source, typed: dict[str, Column], text: Column, json: Column,
     kind, time = text[source.kind], text[source.time]
     rules += [
         (~kind.isin(*source.types), F.format_string(f"unknown {source.kind} '%s'", kind)),
-        (~time.rlike(RFC3339) | F.try_to_timestamp(time).isNull(),
+        (~time.rlike(RFC3339) | at.isNull(),
          F.format_string(f"{source.time} '%s' is not RFC 3339 with an offset", time)),
-        (F.try_to_timestamp(time) > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
+        (at > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
          F.lit(f"{source.time} more than {horizon_seconds}s in the future")),
     ]
     for event_type, fields in source.types.items():
@@ -112,12 +114,14 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
     # the typed fields by name, for the source's checks (SQL over them)
     typed = {name: F.col(f"text.{name}").try_cast(SPARK_TYPES[kind]) for name, kind in source.fields.items()
              if name != source.time}
+    # the event time parsed once, where the rules, event_time and event_date all read it
     texts = (*(F.col(c) for c in (*_KAFKA_KEPT, "raw", "size")), json, text.alias("text"),
-             *(column.alias(name) for name, column in typed.items()))
+             *(column.alias(name) for name, column in typed.items()),
+             F.try_to_timestamp(F.col(f"text.{source.time}")).alias(_TIME))
     named = {name: F.col(name) for name in typed}
+    event_time = F.col(_TIME)
     reason = first_reason(_rules(source, named, F.col("text"), json, F.col("size"), F.col("ingested_at"),
-                                 max_payload_bytes, future_horizon_seconds))
-    event_time = F.try_to_timestamp(F.col(f"text.{source.time}"))
+                                 event_time, max_payload_bytes, future_horizon_seconds))
     columns = (
         *((event_time if name == source.time else named[name]).alias(source.column(name)) for name in source.fields),
         F.to_date(event_time).alias("event_date"),

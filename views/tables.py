@@ -20,6 +20,8 @@ class Table:
     schema: pa.Schema | None = None
     #: The checkpoint (under the deployment's ``checkpoints``) of the stream that appends to it.
     checkpoint: str | None = None
+    #: Delta table properties it is created with.
+    properties: tuple[tuple[str, str], ...] = ()
 
     def path(self, settings) -> str:
         """Where ``settings``' deployment stores it."""
@@ -28,8 +30,12 @@ class Table:
 
 _UTC = pa.timestamp("us", "UTC")
 
+#: raw_events keeps file statistics (min, max, nulls) on its times only: they are what a file's events share
+#: (a micro-batch's), where ids, keys and payloads span every file; statistics on every column cost
+#: landing a quarter of each commit.
 RAW_EVENTS = Table("raw_events", "every valid event as landed, resent copies included; columns: the domain's "
-                   "source (views.events.landed)", ("event_date",), checkpoint="landing")
+                   "source (views.events.landed)", ("event_date",), checkpoint="landing",
+                   properties=(("delta.dataSkippingStatsColumns", "event_time,ingested_at"),))
 DEAD_LETTERS = Table("dead_letters", "every record that failed validation, its raw bytes and the reason "
                      "(views.events.dead_letters)", ("dead_letter_date",), checkpoint="landing")
 LATE_EVENTS = Table("late_events", "per view and event day, the events the speed layer left to batch",

@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from datetime import datetime, timedelta
 
+import deltalake
 import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
@@ -205,3 +206,23 @@ def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployme
     replayed = records[2 * (len(records) // CUTS + 1):]
     assert (fold.totals["records"], fold.totals["dead_letters"]) == (
         len(replayed), sum(r.kind == "malformed" for r in replayed))
+
+
+
+def _statistics(settings) -> set[str]:
+    """The columns with min/max statistics in any of raw_events' files."""
+    adds = deltalake.DeltaTable(catalog.RAW_EVENTS.path(settings)).get_add_actions(flatten=True)
+    return {name.removeprefix("min.") for name in adds.column_names if name.startswith("min.")}
+
+
+def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, folded):
+    """raw_events' files carry min/max statistics on event_time and ingested_at alone, whichever writer
+    wrote them (delta-rs for the fold's small micro-batches, Spark's for large ones), and a raw_events
+    created without that setting gets it when the speed layer starts."""
+    assert _statistics(folded) == {"event_time", "ingested_at"}
+    schema = spark.read.format("delta").load(catalog.RAW_EVENTS.path(folded)).schema
+    spark.createDataFrame([], schema).write.format("delta").partitionBy("event_date").save(
+        catalog.RAW_EVENTS.path(tables))
+    queries.ensure_tables(spark, tables)
+    Fold(spark, tables, [], "statistics", driver_bytes=0)(_batches(spark, records)[0], 0)
+    assert _statistics(tables) == {"event_time", "ingested_at"}
