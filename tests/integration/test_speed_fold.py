@@ -208,7 +208,6 @@ def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployme
         len(replayed), sum(r.kind == "malformed" for r in replayed))
 
 
-
 def _statistics(settings) -> set[str]:
     """The columns with min/max statistics in any of raw_events' files."""
     adds = deltalake.DeltaTable(catalog.RAW_EVENTS.path(settings)).get_add_actions(flatten=True)
