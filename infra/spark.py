@@ -64,6 +64,9 @@ def session(settings: Settings, app_name: str, master: str | None = None):
         .config("spark.sql.codegen.useIdInClassName", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
+        # a first copy per event id (views.compile.first_copies) sorts its rows once, after the shuffle:
+        # a resent copy is rare, so a partial group limit before the shuffle would only sort them twice
+        .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.databricks.delta.optimizeWrite.enabled", "true")
         .config("spark.databricks.delta.autoCompact.enabled", "true")
