@@ -41,13 +41,22 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     """Log in on Airflow's login page, start a backfill of ``dag`` over ``days`` (consecutive, oldest
     first) from its "Trigger → Backfill" dialog, and wait until the runs succeed: one backfill run per
     day, listed as such in the DAG's Runs tab. Returns ``{run_id: state}`` of the backfill runs."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(browser, 60)
-    find = lambda xpath: wait.until(lambda _: browser.find_element(By.XPATH, xpath))  # noqa: E731
+
+    def find(xpath: str):
+        def look(_):
+            try:
+                return browser.find_element(By.XPATH, xpath)
+            except WebDriverException as error:  # asked while the page navigates (signing in): look again
+                if "navigat" in (error.msg or ""):
+                    return False
+                raise
+        return wait.until(look)
 
     browser.get(f"{settings.airflow_url}/dags/{dag}")  # Airflow sends the browser to its login page first
     find("//input[@name='username']").send_keys(settings.airflow_user)
