@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
-from serving_layer.spark_sql import speed_rows
+from serving_layer.spark_sql import dialect, speed_rows
 from views import tables, timebase
 from views.model import View
 
@@ -47,11 +47,10 @@ def record(spark: SparkSession, settings: Settings, view: View, batch: DataFrame
            end: datetime) -> dict | None:
     """Compare ``batch`` (the view's exact rows of ``[start, end)``) with the speed layer's rows of
     those windows and append the report to ``corrections``; None if the speed layer has no rows there."""
-    speed = speed_rows(spark, settings, view, start, end)
-    if speed is None:
-        return None
-    found = compare(view, batch, speed)
-    if not found["speed_windows"]:
+    with dialect(spark):
+        speed = speed_rows(spark, settings, view, start, end)
+        found = None if speed is None else compare(view, batch, speed)
+    if found is None or not found["speed_windows"]:
         return None
     counts = [found[k] for k in ("speed_windows", "batch_windows", "added", "removed", "changed")]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())

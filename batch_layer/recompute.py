@@ -14,13 +14,11 @@ from contextlib import contextmanager
 
 import deltalake
 import pyarrow as pa
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch_layer import corrections, quality, versions
 from infra import delta
-from infra import spark as sparks
 from infra.settings import Settings
 from views import all_views, compile, domain, tables, timebase
 from views.model import View
@@ -35,7 +33,7 @@ def _literal(moment: datetime) -> str:
 def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     """The catalogue's table ``name`` (raw_events, a dimension)."""
     path = settings.table(name)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not delta.exists(path):
         raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
                                 f"so that events land before recomputing")
     return spark.read.format("delta").load(path)
@@ -99,7 +97,7 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     try:
         quality.check_view(settings, view, rows, events, start, end)
         per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
-        rows.write.format("delta").mode("overwrite").option("replaceWhere", window).save(path)
+        delta.retried(lambda: rows.write.format("delta").mode("overwrite").option("replaceWhere", window).save(path))
         corrections.record(spark, settings, view, rows, start, end)
     finally:
         rows.unpersist()
@@ -142,11 +140,11 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}
 
 
-def recompute_day(settings: Settings, start: datetime, end: datetime) -> dict:
+def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> dict:
     """Check raw_events for ``[start, end)`` (whole UTC days), then recompute every view for those
-    days (the Data Docs updated once for all the checks); the summary per view."""
+    days on ``spark`` (a session of the batch engine, infra.spark.engine, or the process's own; the
+    Data Docs updated once for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
-    spark = sparks.session(settings, "lambdalake-batch")
     views = all_views(settings.view_modules, settings.domain)
     with checked_events(spark, settings, views.values(), start, end) as events:
         return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}

@@ -24,7 +24,6 @@ from pyspark.sql import functions as F
 
 from batch_layer import versions
 from batch_layer.recompute import checked_events, final_days, record_final, write_days
-from infra import spark as sparks
 from infra import storage
 from infra.settings import Settings
 from views import all_views, tables, timebase
@@ -157,9 +156,8 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
                    "newly_final": timebase.spans(newly[view])} for view, per_day in built.items()}
 
 
-def reprocess(settings: Settings, plan: Plan) -> dict[str, dict]:
-    """Run ``plan`` on this process's SparkSession: build every view's new version, then switch."""
-    spark = sparks.session(settings, "lambdalake-reprocess")
+def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, dict]:
+    """Run ``plan`` on ``spark`` (a session of the batch engine): build every view's new version, then switch."""
     known = all_views(settings.view_modules, settings.domain)
     based_on = versions.snapshot(settings, plan.views)
     built = build(spark, settings, [known[name] for name in plan.views], plan, based_on)

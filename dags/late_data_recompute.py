@@ -3,7 +3,9 @@
 Eventual accuracy for late data: events behind a view's speed watermark are dropped by the speed
 views but land in `raw_events`, and the speed layer counts them per view and day in `late_events`.
 This DAG recomputes exactly the days that were batched already and have received late events since
-(`batch_layer.stale.stale_days`), one mapped task per day, each replacing that day. It runs on data:
+(`batch_layer.stale.stale_days`), one mapped task per run of consecutive stale days, each computed
+together on the batch engine (raw_events read once for the run of days), replacing those days and
+recording each final on its own. It runs on data:
 when `speed_layer_watchdog` updates the `lambdalake.late_events` Asset (it found such days), and
 every hour in any case.
 Days not batched yet need nothing: their nightly `batch_recompute` run will count the late events.
@@ -29,26 +31,28 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    max_active_tasks=1,
-    default_args=dags.default_args(pool="spark"),
+    default_args=dags.default_args(priority_weight=dags.BATCH_PRIORITY, **dags.ENGINE_RETRIES),
     tags=["lambdalake", "batch"],
 ):
 
-    @task(pool="default_pool")
-    def stale_days() -> list[str]:
-        """The days to recompute (read from two small Delta tables, no Spark)."""
+    @task
+    def stale_days() -> list[list[str]]:
+        """The days to recompute, as runs of consecutive days [first, last] (read from two small Delta
+        tables, no Spark)."""
         from batch_layer.stale import stale_days as find
+        from views.timebase import ranges
 
-        return [day.isoformat() for day in find(settings)]
+        return [[first.isoformat(), last.isoformat()] for first, last in ranges(find(settings))]
 
     @task(inlets=[dags.table(settings, tables.RAW_EVENTS), dags.table(settings, tables.LATE_EVENTS)],
           outlets=dags.batch_tables(settings))
-    def recompute(day: str) -> dict:
-        """Recompute every view for one stale day."""
+    def recompute(days: list[str]) -> dict:
+        """Recompute every view for one run of consecutive stale days [first, last]."""
         from batch_layer.recompute import recompute_day
         from views.timebase import DAY, day_start
 
-        start = day_start(date.fromisoformat(day))
-        return recompute_day(settings, start, start + DAY)
+        first, last = (day_start(date.fromisoformat(day)) for day in days)
+        with dags.engine(settings) as spark:
+            return recompute_day(spark, settings, first, last + DAY)
 
-    recompute.expand(day=stale_days())
+    recompute.expand(days=stale_days())

@@ -33,18 +33,18 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args=dags.default_args(timedelta(minutes=5), pool="spark"),
+    default_args=dags.default_args(timedelta(minutes=5), priority_weight=dags.MAINTENANCE_PRIORITY),
     tags=["lambdalake", "speed", "maintenance"],
 ):
 
     @task
     def compact_speed_partials() -> dict:
         """Fold the closed hours of every view; the hours folded per view."""
-        from infra import spark as sparks
         from speed_layer.compact import compact
 
         settings = load()
-        return compact(sparks.session(settings, "lambdalake-maintenance"), settings)
+        with dags.engine(settings) as spark:
+            return compact(spark, settings)
 
     @task
     def retire_versions() -> list[str]:
@@ -57,13 +57,12 @@ with DAG(
     def optimize_and_vacuum() -> dict:
         """Compact every table's small files, then delete the files outside the retention."""
         from batch_layer import maintenance
-        from infra import spark as sparks
 
         settings = load()
-        spark = sparks.session(settings, "lambdalake-maintenance")
-        return {"optimized": maintenance.optimize(spark, settings), "vacuumed": maintenance.vacuum(spark, settings)}
+        with dags.engine(settings) as spark:
+            return {"optimized": maintenance.optimize(spark, settings), "vacuumed": maintenance.vacuum(spark, settings)}
 
-    @task(pool="default_pool")
+    @task
     def trim_logs() -> int:
         """Delete old Airflow logs; how many files went."""
         from batch_layer.maintenance import trim_logs as trim

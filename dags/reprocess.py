@@ -14,9 +14,9 @@ of their batch tables, `batch/<view>@<label>`, then switch serving to all of the
   switches nothing and deletes the new tables.
 - **Switch back.** The versions replaced stay `version_retention_days` (7) and
   `lambdalake reprocess --switch-back --views A,B` serves them again; `maintenance` deletes them after.
-- **One at a time.** Like `batch_recompute`, `late_data_recompute` and `maintenance`, its Spark task
-  runs in the pool `spark` (one slot), so it never overlaps them; nightly runs after a switch write into
-  the new version.
+- **Beside the nightly runs.** Its work runs on the batch engine beside other runs. If a nightly
+  or late-data run writes one of the views while it builds, nothing is switched (the serving version
+  moved) and the task's retry builds again; nightly runs after a switch write into the new version.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    default_args=dags.default_args(pool="spark"),
+    default_args=dags.default_args(priority_weight=dags.BATCH_PRIORITY),
     tags=["lambdalake", "batch"],
     params={
         "views": Param(views, type="array", title="Views", description="The views to rebuild.",
@@ -65,6 +65,7 @@ with DAG(
         params = get_current_context()["params"]
         plan = run.plan(settings, params["label"], params["views"], params["start"], params["end"],
                         params["all_history"])
-        return run.reprocess(settings, plan)
+        with dags.engine(settings) as spark:
+            return run.reprocess(spark, settings, plan)
 
     reprocess()

@@ -3,7 +3,9 @@
 Every five minutes: is the speed layer alive, reporting its health, free of failed queries, and
 making progress while Kafka holds unprocessed records? If not, restart it (it resumes from its
 checkpoints, exactly once). A speed layer stopped on purpose (`lambdalake speed stop`) is left alone
-until `lambdalake speed start`.
+until `lambdalake speed start`. It watches the **batch engine** too (the Spark Connect server the batch
+and maintenance tasks send their work to): if it died or does not answer, it is started again, and the
+batch tasks that failed meanwhile succeed on their retry.
 
 It also **announces late data**: when late events have arrived for days batch has made final
 (`batch_layer.stale`), it updates the `lambdalake.late_events` Asset, on which `late_data_recompute`
@@ -52,5 +54,13 @@ with DAG(
             raise AirflowSkipException("no final day has late events to correct")
         return [day.isoformat() for day in days]
 
+    @task
+    def watch_engine() -> str:
+        """Restart the batch engine if it is not running or does not answer; say what was found."""
+        from infra import batch_engine
+
+        return batch_engine.watch(settings)
+
     watch()
+    watch_engine()
     announce_late_data()

@@ -1,4 +1,5 @@
-"""A real Airflow 3 for a deployment: scheduler, dag-processor and API server as separate services.
+"""A real Airflow 3 for a deployment: scheduler, dag-processor, triggerer and API server as separate
+services.
 
 Like ``airflow standalone``: LocalExecutor on SQLite and SimpleAuthManager, here with one admin user whose
 password comes from the settings, everything under ``<home>/airflow``, bound to 127.0.0.1. The DAGs
@@ -26,15 +27,23 @@ from infra.settings import REPO, Settings
 
 SCHEDULER = "airflow-scheduler"
 DAG_PROCESSOR = "airflow-dag-processor"
+TRIGGERER = "airflow-triggerer"
 API_SERVER = "airflow-api-server"
 #: In stop order: the scheduler first (no new tasks), the API server last (running tasks report to it).
-SERVICES = (SCHEDULER, DAG_PROCESSOR, API_SERVER)
-#: The pool every Spark task runs in: one slot, so one JVM at a time on a small machine.
-SPARK_POOL = "spark"
+#: Every component whose health the UI shows runs (no lambdalake task defers to the triggerer, but a
+#: deployment's own deferrable sensors would).
+SERVICES = (SCHEDULER, DAG_PROCESSOR, TRIGGERER, API_SERVER)
+#: The Airflow Connection (of type ``spark_connect``, as Airflow's Spark provider names it) that holds
+#: the batch engine's address (infra.batch_engine); ``lambdalake up`` writes it from the settings.
+ENGINE_CONNECTION = "spark_connect_default"
+#: How many runs of a batch DAG (a backfill's days) are in flight at once, sharing the batch engine.
+BATCH_RUNS_IN_FLIGHT = 4
 
 #: The entry of /api/v2/monitor/health that says each service is up.
-_HEALTH_KEY = {SCHEDULER: "scheduler", DAG_PROCESSOR: "dag_processor", API_SERVER: "metadatabase"}
-_HEARTBEAT_KEY = {SCHEDULER: "latest_scheduler_heartbeat", DAG_PROCESSOR: "latest_dag_processor_heartbeat"}
+_HEALTH_KEY = {SCHEDULER: "scheduler", DAG_PROCESSOR: "dag_processor", TRIGGERER: "triggerer",
+               API_SERVER: "metadatabase"}
+_HEARTBEAT_KEY = {SCHEDULER: "latest_scheduler_heartbeat", DAG_PROCESSOR: "latest_dag_processor_heartbeat",
+                  TRIGGERER: "latest_triggerer_heartbeat"}
 
 
 class AirflowError(RuntimeError):
@@ -93,8 +102,10 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        # a backfill's runs in flight, beside maintenance and the watchdog: tasks are thin clients of the
+        # batch engine, not JVMs of their own
+        "AIRFLOW__CORE__PARALLELISM": str(BATCH_RUNS_IN_FLIGHT + 2),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(BATCH_RUNS_IN_FLIGHT),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
         "AIRFLOW__CORE__AUTH_MANAGER":
@@ -127,13 +138,13 @@ _COMMANDS = {
     # The API server reads task logs from the shared folder: the scheduler serves none (no port 8793).
     SCHEDULER: _airflow("scheduler", "--skip-serve-logs"),
     DAG_PROCESSOR: _airflow("dag-processor"),
+    TRIGGERER: _airflow("triggerer", "--skip-serve-logs"),
     API_SERVER: _airflow("api-server"),
 }
 
 
 def _prepare(settings: Settings) -> None:
-    """Write the admin's login, migrate the metadata database and create the Spark pool (once per
-    Airflow version)."""
+    """Write the admin's login and migrate the metadata database (once per Airflow version)."""
     home = airflow_home(settings)
     _write_private(home / "passwords.json", {settings.airflow_user: credentials.airflow_password(settings)})
     marker = home / "migrated"
@@ -142,13 +153,11 @@ def _prepare(settings: Settings) -> None:
         return
     settings.logs.mkdir(parents=True, exist_ok=True)
     log = processes.log_file(settings, "airflow-db-migrate")
-    for command in (("db", "migrate"), ("pools", "set", SPARK_POOL, "1", "one Spark job at a time")):
-        with open(log, "ab") as out:
-            done = subprocess.run(_airflow(*command), stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
-        if done.returncode:
-            raise processes.ServiceError(f"`airflow {' '.join(command[:2])}` failed (exit {done.returncode})"
-                                         f"{processes.log_tail(log)}")
+    with open(log, "ab") as out:
+        done = subprocess.run(_airflow("db", "migrate"), stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
+    if done.returncode:
+        raise processes.ServiceError(f"`airflow db migrate` failed (exit {done.returncode}){processes.log_tail(log)}")
     marker.write_text(wanted + "\n")
 
 
@@ -247,6 +256,16 @@ class AirflowClient:
                                status=response.status_code)
         return response.json() if response.content else {}
 
+    def set_connection(self, conn_id: str, conn_type: str, host: str, port: int) -> None:
+        """Create or replace the Connection ``conn_id``."""
+        connection = {"connection_id": conn_id, "conn_type": conn_type, "host": host, "port": port}
+        try:
+            self.request("POST", "/connections", json=connection)
+        except AirflowError as error:
+            if error.status != 409:
+                raise
+            self.request("PATCH", f"/connections/{conn_id}", json=connection)
+
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
 
@@ -270,10 +289,10 @@ class AirflowClient:
         return run["dag_run_id"]
 
     def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime,
-                        max_active_runs: int = 1, reprocess_behavior: str = "none") -> dict:
+                        max_active_runs: int = BATCH_RUNS_IN_FLIGHT, reprocess_behavior: str = "none") -> dict:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
-        Airflow lets a backfill run 10 runs at once by default: here one, a Spark job at a time.
+        Several runs are in flight at once, sharing the batch engine (the DAG's own max_active_runs caps them).
         ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days)."""
         return self.request("POST", "/backfills", json={
             "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),

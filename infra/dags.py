@@ -1,13 +1,16 @@
-"""What the lambdalake DAGs share: their owner and retries, the Delta tables they read and write as
-Airflow Assets (lineage in the UI), and the link to the data-quality reports their docs give."""
+"""What the lambdalake DAGs share: their owner, retries and priorities, the batch engine their Spark
+work goes to, the Delta tables they read and write as Airflow Assets (lineage in the UI), and the link
+to the data-quality reports their docs give."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import timedelta
 
 from airflow.sdk import Asset
 
 from infra import storage
+from infra.airflow import BATCH_RUNS_IN_FLIGHT, ENGINE_CONNECTION  # noqa: F401 (the DAGs' settings)
 from infra.settings import Settings
 from views import all_views, tables
 
@@ -15,8 +18,30 @@ from views import all_views, tables
 OWNER = "data-platform"
 
 
+#: A batch task's retries outlast the watchdog's period (5 minutes), which restarts a lost engine: 1, 2, 4 min.
+ENGINE_RETRIES = {"retries": 3, "retry_exponential_backoff": True}
+#: Tasks' priorities when they wait for a slot: batch runs before maintenance.
+BATCH_PRIORITY, MAINTENANCE_PRIORITY = 10, 1
+
+
 def default_args(retry_delay: timedelta = timedelta(minutes=1), **more) -> dict:
-    return {"owner": OWNER, "retries": 1, "retry_delay": retry_delay, **more}
+    return {"owner": OWNER, "retries": 1, "retry_delay": retry_delay, "weight_rule": "absolute", **more}
+
+
+def engine(settings: Settings) -> AbstractContextManager:
+    """A session of the batch engine at the address the Airflow Connection holds (infra.spark.engine);
+    call within a task."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from infra import spark as sparks
+
+    try:
+        connection = Connection.get(ENGINE_CONNECTION)
+    except AirflowNotFoundException:
+        raise sparks.EngineError(f"no Airflow Connection {ENGINE_CONNECTION!r} (the batch engine's address): "
+                                 f"run `lambdalake up`") from None
+    return sparks.engine(settings, f"sc://{connection.host}:{connection.port}")
 
 
 def table(settings: Settings, table: tables.Table) -> Asset:

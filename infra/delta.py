@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import deltalake
 import pyarrow as pa
+import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+
+R = TypeVar("R")
+
+
+#: Spark's Delta errors of a lost race (two first writes to a new table race on its protocol and metadata).
+_RACES = ("DELTA_CONCURRENT", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
+
+
+def _conflicted(error: BaseException) -> bool:
+    """Whether ``error`` is a lost race between two commits (Spark's Delta: :data:`_RACES`; delta-rs:
+    CommitFailedError), which a new attempt on the newer version wins."""
+    return isinstance(error, deltalake.exceptions.CommitFailedError) or any(race in str(error) for race in _RACES)
+
+
+def retried(commit: Callable[[], R]) -> R:
+    """Run ``commit`` (an idempotent write: a ``replaceWhere`` of some days, an upsert) again while it
+    loses a race with a concurrent commit to the same table; a backfill's runs in flight write the same
+    tables, each its own days, and Delta's optimistic concurrency lets one of two win."""
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(_conflicted), stop=tenacity.stop_after_attempt(8),
+                             wait=tenacity.wait_random(0.1, 1.0), reraise=True)(commit)
+
+
+def exists(path: str) -> bool:
+    """Whether a Delta table is at ``path`` (a folder or URI; delta-rs reads its log, no Spark job)."""
+    return deltalake.DeltaTable.is_deltatable(path)
 
 
 def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
@@ -87,11 +115,15 @@ def to_arrow(rows: DataFrame) -> pa.Table:
 
 def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
     """Insert or replace the rows of ``rows`` matched on ``keys`` (made with ``rows``' schema if there is
-    no table); rerunning is harmless. delta-rs: a small table's merge takes no Spark job."""
-    try:
-        table = deltalake.DeltaTable(path)
-    except deltalake.exceptions.TableNotFoundError:
-        deltalake.write_deltalake(path, rows)
-        return
-    (table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
-     .when_matched_update_all().when_not_matched_insert_all().execute())
+    no table); rerunning is harmless, and so is a concurrent upsert (:func:`retried`). delta-rs: a
+    small table's merge takes no Spark job."""
+    def merge() -> None:
+        try:
+            table = deltalake.DeltaTable(path)
+        except deltalake.exceptions.TableNotFoundError:
+            deltalake.write_deltalake(path, rows, mode="append")  # a concurrent first write: a race, retried
+            return
+        (table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
+    retried(merge)

@@ -1,5 +1,5 @@
-"""Bring the whole deployment up, down, and report its status: Kafka, the speed layer, Airflow, and the
-serving layer's HTTP API."""
+"""Bring the whole deployment up, down, and report its status: Kafka, the speed layer, the batch engine,
+Airflow, and the serving layer's HTTP API."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 
-from infra import airflow, kafka, processes, spark_cluster
+from infra import airflow, batch_engine, kafka, processes, spark_cluster
 from infra.settings import REPO, Settings
 from views import timebase
 
@@ -128,6 +128,13 @@ def start_serving(settings: Settings, timeout: float = 60) -> None:
                          alive=lambda: processes.running_pid(settings, SERVING) is not None)
 
 
+def start_airflow(settings: Settings) -> None:
+    """Start Airflow and point its ``spark_connect`` Connection at the batch engine."""
+    airflow.start(settings)
+    airflow.AirflowClient(settings).set_connection(airflow.ENGINE_CONNECTION, "spark_connect", "127.0.0.1",
+                                                   settings.batch_engine_port)
+
+
 def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
     """Start everything and (``schedule``) turn every DAG on; starting twice is harmless. Returns the
     settings (with the batch start date)."""
@@ -135,8 +142,8 @@ def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
         first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
         settings = settings.save(batch_start_date=first.isoformat())
     cluster = [("Spark cluster", spark_cluster.start)] if settings.spark_master == "standalone" else []
-    for name, start in (("Kafka", kafka.start), *cluster, ("speed layer", start_speed), ("Airflow", airflow.start),
-                        ("serving API", start_serving)):
+    for name, start in (("Kafka", kafka.start), *cluster, ("speed layer", start_speed),
+                        ("batch engine", batch_engine.start), ("Airflow", start_airflow), ("serving API", start_serving)):
         began = time.monotonic()
         say(f"starting {name} ...")
         start(settings)
@@ -151,6 +158,7 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
     """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
     stopped = [name for name, stop in (("serving API", lambda s: processes.stop(s, SERVING)),
                                        ("speed layer", stop_speed), ("Airflow", airflow.stop),
+                                       ("batch engine", batch_engine.stop),
                                        ("Spark cluster", spark_cluster.stop), ("Kafka", kafka.stop)) if stop(settings)]
     if purge and settings.home.exists():
         shutil.rmtree(settings.home)
@@ -168,6 +176,7 @@ def status(settings: Settings) -> dict:
                   "healthy": kafka_pid is not None and kafka.healthy(settings)},
         "speed_layer": {"pid": speed_pid, "healthy": bool(report and not report["error"]),
                         "log": str(processes.log_file(settings, SPEED)), "health": report},
+        "batch_engine": batch_engine.status(settings),
         "airflow": airflow.status(settings),
         "serving_api": {"pid": processes.running_pid(settings, SERVING), "url": settings.serve_url,
                         "healthy": serving_healthy(settings)},

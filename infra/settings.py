@@ -54,6 +54,9 @@ class Settings:
     #: URL of a cluster that runs elsewhere.
     spark_master: str = "local[2]"
     spark_master_port: int = 7077
+    #: The batch engine (a Spark Connect server, infra.batch_engine) that Airflow's batch and
+    #: maintenance tasks send their work to, on 127.0.0.1.
+    batch_engine_port: int = 15002
     #: The standalone master's web UI; its workers' are the next two ports.
     spark_ui_port: int = 8090
     #: Spark settings every layer's session takes, after lambdalake's own: an object store's connector
@@ -77,6 +80,9 @@ class Settings:
     #: Airflow's task logs are kept this many days.
     vacuum_retention_hours: float = 168
     log_retention_days: float = 14
+    #: Each Delta table's history (its log entries: time travel's versions, DESCRIBE HISTORY) is kept
+    #: this many days (Delta's default); maintenance sets it on every table.
+    delta_log_retention_days: float = 30
     #: A view's batch version replaced by a reprocess can be switched back to for this many days; then
     #: maintenance deletes it (batch_layer.versions.retire).
     version_retention_days: float = 7
@@ -156,6 +162,10 @@ class Settings:
     def spark_master_url(self) -> str:
         """The master the layers' Spark sessions connect to."""
         return f"spark://127.0.0.1:{self.spark_master_port}" if self.spark_master == "standalone" else self.spark_master
+
+    @property
+    def batch_engine_url(self) -> str:
+        return f"sc://127.0.0.1:{self.batch_engine_port}"
 
     def with_overrides(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)

@@ -1,10 +1,16 @@
-"""The SparkSession every layer uses: local mode or a cluster (the ``spark_master`` setting), with Delta
-Lake and the Kafka source from the jar cache."""
+"""Spark for every layer, from one configuration (:func:`conf`): a process's own SparkSession
+(:func:`session`: the speed layer, tests, benchmarks) in local mode or on a cluster (the
+``spark_master`` setting), with Delta Lake and the Kafka source from the jar cache; and a client of the
+deployment's long-lived batch engine (:func:`engine`: a Spark Connect server, infra.batch_engine, which
+runs with the same configuration)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from infra.settings import JAR_CACHE, Settings
 
@@ -21,10 +27,59 @@ def jars() -> list[str]:
 #: The throughput collector (ParallelGC): on two cores it costs the speed layer less CPU than G1's
 #: concurrent marking and write barriers (warm 200k micro-batches in one process: 10.4 -> 8.9 s each).
 JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
-#: On a cluster, the cores and memory one application (the speed layer, a batch task) takes, so that
-#: the speed layer and batch runs share it.
+#: On a cluster, the cores and memory one application (the speed layer, the batch engine) takes, so
+#: that they share it.
 CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.cores": "2", "spark.executor.memory": "1g",
                  "spark.executor.extraJavaOptions": JVM_OPTIONS}
+
+
+def conf(settings: Settings, master: str) -> dict[str, str]:
+    """Every Spark setting of a lambdalake application on ``master`` (the deployment's ``spark_conf``
+    last)."""
+    tmp = settings.home / "tmp" / "spark"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {
+        **({} if master.startswith("local") else CLUSTER_SHARE),
+        "spark.jars": ",".join(jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # what the driver keeps of finished queries, jobs and stages for its UI's status store: a long
+        # session (the speed layer, the batch engine, the test suite) would otherwise hold a thousand plans
+        "spark.sql.ui.retainedExecutions": "20",
+        "spark.ui.retainedJobs": "50",
+        "spark.ui.retainedStages": "50",
+        "spark.local.dir": str(tmp),
+        "spark.sql.warehouse.dir": str(settings.home / "tmp" / "warehouse"),
+        # generated code that is the same from one micro-batch to the next is compiled once: room for
+        # every class a micro-batch uses, and no stage number in a class's name (a view whose plan
+        # grows by a stage would renumber, and so recompile, every stage after it)
+        "spark.sql.codegen.cache.maxEntries": "1000",
+        "spark.sql.codegen.useIdInClassName": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        # a first copy per event id (views.compile.first_copies) sorts its rows once, after the shuffle:
+        # a resent copy is rare, so a partial group limit before the shuffle would only sort them twice
+        "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.databricks.delta.optimizeWrite.enabled": "true",
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.minNumFiles": "25",
+        # only small files are compacted as they are written: a large micro-batch's files (a 200k one
+        # writes three of 9 MB to raw_events) are left to the maintenance DAG's OPTIMIZE
+        "spark.databricks.delta.autoCompact.minFileSize": str(4 * 2**20),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp} {JVM_OPTIONS}",
+        **dict(settings.spark_conf),
+    }
 
 
 def session(settings: Settings, app_name: str, master: str | None = None):
@@ -33,55 +88,58 @@ def session(settings: Settings, app_name: str, master: str | None = None):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    tmp = settings.home / "tmp" / "spark"
-    tmp.mkdir(parents=True, exist_ok=True)
-    master = master or settings.spark_master_url
-    builder = SparkSession.builder.master(master)
-    for key, value in ({} if master.startswith("local") else CLUSTER_SHARE).items():
-        builder = builder.config(key, value)
-    builder = (
-        builder.appName(app_name)
-        .config("spark.jars", ",".join(jars()))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        # what the driver keeps of finished queries, jobs and stages for its UI's status store: a long
-        # session (the speed layer, the test suite) would otherwise hold a thousand query plans
-        .config("spark.sql.ui.retainedExecutions", "20")
-        .config("spark.ui.retainedJobs", "50")
-        .config("spark.ui.retainedStages", "50")
-        .config("spark.local.dir", str(tmp))
-        .config("spark.sql.warehouse.dir", str(settings.home / "tmp" / "warehouse"))
-        # generated code that is the same from one micro-batch to the next is compiled once: room for
-        # every class a micro-batch uses, and no stage number in a class's name (a view whose plan
-        # grows by a stage would renumber, and so recompile, every stage after it)
-        .config("spark.sql.codegen.cache.maxEntries", "1000")
-        .config("spark.sql.codegen.useIdInClassName", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        # a first copy per event id (views.compile.first_copies) sorts its rows once, after the shuffle:
-        # a resent copy is rare, so a partial group limit before the shuffle would only sort them twice
-        .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.databricks.delta.optimizeWrite.enabled", "true")
-        .config("spark.databricks.delta.autoCompact.enabled", "true")
-        .config("spark.databricks.delta.autoCompact.minNumFiles", "25")
-        # only small files are compacted as they are written: a large micro-batch's files (a 200k one
-        # writes three of 9 MB to raw_events) are left to the maintenance DAG's OPTIMIZE
-        .config("spark.databricks.delta.autoCompact.minFileSize", str(4 * 2**20))
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} {JVM_OPTIONS}")
-    )
-    for key, value in settings.spark_conf:
+    builder = SparkSession.builder.master(master or settings.spark_master_url).appName(app_name)
+    for key, value in conf(settings, master or settings.spark_master_url).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+class EngineError(RuntimeError):
+    """The batch engine is not running, or went away while it worked; the message says what to do."""
+
+
+def answers(url: str) -> bool:
+    """Whether something accepts connections at the ``sc://host:port`` of ``url``."""
+    host, port = url.removeprefix("sc://").split("/")[0].split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def engine(settings: Settings, url: str | None = None) -> Iterator:
+    """A Spark Connect session of the batch engine at ``url`` (default: the settings' engine), closed
+    when the block ends. Raises :class:`EngineError` in one line if the engine does not answer, or
+    stops answering while the block runs (the work is then left undone, never half-committed: each
+    Delta commit is atomic)."""
+    from pyspark.sql import SparkSession
+
+    url = url or settings.batch_engine_url
+    if not answers(url):
+        raise EngineError(f"the batch engine does not answer at {url}: start it with `lambdalake up`")
+    spark = SparkSession.builder.remote(url).create()
+    spark.client.set_retry_policies([_quick_retries()])  # a lost engine fails the task in seconds, not minutes
+    try:
+        yield spark
+    except Exception as error:
+        if answers(url):  # the engine is there: the error is the work's own
+            raise
+        raise EngineError(f"the batch engine at {url} went away during the work ({type(error).__name__}); "
+                          f"nothing half-done was committed: rerun once it is back (the watchdog restarts "
+                          f"it, `lambdalake up` too)") from None
+    finally:
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 (a lost engine cannot release the session; nothing is left to free)
+            pass
+
+
+def _quick_retries():
+    """Spark Connect's retry policy with a few short waits (its default waits up to ten minutes)."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    return DefaultPolicy(max_retries=4, backoff_multiplier=2.0, initial_backoff=200, max_backoff=2000)

@@ -18,16 +18,17 @@ WORKERS = ("spark-worker-1", "spark-worker-2")
 WORKER_CORES, WORKER_MEMORY = 2, "2g"
 
 
-def _spark_home() -> Path:
+def spark_home() -> Path:
+    """Spark's home inside the pyspark package (its bin/ and jars/)."""
     import pyspark
 
     return Path(pyspark.__file__).parent
 
 
 def _launch(settings: Settings, name: str, main: str, *args: str) -> None:
-    env = {"SPARK_HOME": str(_spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+    env = {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "SPARK_WORKER_DIR": str(settings.home / "tmp" / "spark-workers")}
-    processes.start(settings, name, [str(_spark_home() / "bin" / "spark-class"), main, *args], env=env)
+    processes.start(settings, name, [str(spark_home() / "bin" / "spark-class"), main, *args], env=env)
 
 
 def _state(settings: Settings) -> dict | None:

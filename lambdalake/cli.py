@@ -199,8 +199,12 @@ def _reprocess(settings, parser: Parser, args) -> None:
             print(f"{view}: serving {done['label']} again; days carried over from the version left: "
                   f"{done['carried_days']}")
         return
+    from infra import spark as sparks
+
     plan = reprocess.plan(settings, args.label, args.views, args.first, args.last, args.all_history)
-    for view, done in reprocess.reprocess(settings, plan).items():
+    with sparks.engine(settings) as spark:
+        done_per_view = reprocess.reprocess(spark, settings, plan)
+    for view, done in done_per_view.items():
         print(f"{view}: serving {done['label']} (was {done['previous']}): {done['rows']} rows recomputed for "
               f"{done['days']}; newly final {done['newly_final']}")
 
@@ -237,6 +241,9 @@ def _status(settings, as_json: bool) -> None:
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
     print(f"  Airflow login: {settings.airflow_user} / {credentials.airflow_password(settings)}")
+    engine = report["batch_engine"]
+    print(f"batch engine {'healthy' if engine['healthy'] else 'DOWN':8} pid {engine['pid']}  {engine['url']}  "
+          f"resident {engine['rss_mb']} MB")
     api = report["serving_api"]
     print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
     spark = report["spark"]
@@ -284,7 +291,8 @@ def _speed(settings, action: str, resume_from_tables: bool) -> None:
         from infra import spark as sparks
         from speed_layer.compact import compact
 
-        folded = compact(sparks.session(settings, "lambdalake-compact"), settings)
+        with sparks.engine(settings) as spark:
+            folded = compact(spark, settings)
         print("; ".join(f"{view}: {hours} hours folded" for view, hours in folded.items()) or "nothing to fold")
 
 
@@ -332,12 +340,13 @@ def run(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from batch_layer.versions import Conflict
     from infra.airflow import AirflowError
+    from infra.spark import EngineError
     from serving_layer.sandbox import QueryError
 
     try:
         run(sys.argv[1:] if argv is None else argv)
-    except (QueryError, processes.ServiceError, AirflowError, Conflict, FileNotFoundError, ValueError,
-            LookupError) as exc:
+    except (QueryError, processes.ServiceError, AirflowError, EngineError, Conflict, FileNotFoundError,
+            ValueError, LookupError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

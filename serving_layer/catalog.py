@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from batch_layer import versions
-from infra import services
+from infra import batch_engine, services
 from infra.settings import Settings
 from serving_layer import engine
 from serving_layer.sandbox import QueryError
@@ -104,6 +104,7 @@ def health(settings: Settings) -> dict:
     return {
         "speed_layer": {"running": bool(speed), "lag": speed.get("lag"), "watermark": speed.get("watermark"),
                         "error": speed.get("error"), "last_micro_batch": speed.get("steps") or None},
+        "batch_engine": {key: value for key, value in batch_engine.status(settings).items() if key != "pid"},
         "speed_rows_written": written,
         "speed_rows_age_seconds": None if written is None else round(time.time() - written.timestamp(), 3),
         "dead_letters": dead["records"],

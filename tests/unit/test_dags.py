@@ -4,7 +4,7 @@ form refuses what is wrong."""
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -94,8 +94,8 @@ def test_late_data_recompute_runs_on_the_late_events_the_watchdog_announces_or_h
 
 def test_batch_recompute_is_configuration(dagbag):
     dag = dagbag.dags["batch_recompute"]
-    assert dag.catchup and dag.max_active_runs == 1
-    assert dag.doc_md and "batch_recompute" in dag.doc_md
+    assert dag.catchup and dag.max_active_runs == 4
+    assert dag.doc_md and "batch_recompute" in dag.doc_md and "Run After" in dag.doc_md
     assert dag.default_args["retries"] >= 1
     assert [t.task_id for t in dag.tasks] == ["recompute"]
 
@@ -118,13 +118,20 @@ def test_manual_run_for_midnight_recomputes_the_day_before(batch_timetable):
     assert interval == DataInterval(MIDNIGHT_NOV_19, MIDNIGHT_NOV_20)
 
 
-def test_spark_tasks_share_one_pool_so_recomputes_and_reprocess_never_overlap(dagbag):
-    from infra.airflow import SPARK_POOL
+def test_batch_tasks_go_before_maintenance_and_retry_past_the_watchdogs_restart_of_the_engine(dagbag):
+    from infra.dags import BATCH_PRIORITY, MAINTENANCE_PRIORITY
 
-    tasks = {"batch_recompute": "recompute", "late_data_recompute": "recompute", "reprocess": "reprocess",
-             "maintenance": "optimize_and_vacuum"}
-    pools = {dag: dagbag.dags[dag].get_task(task).pool for dag, task in tasks.items()}
-    assert pools == dict.fromkeys(tasks, SPARK_POOL)
+    batch = [dagbag.dags[dag].get_task(task) for dag, task in (("batch_recompute", "recompute"),
+                                                                ("late_data_recompute", "recompute"),
+                                                                ("reprocess", "reprocess"))]
+    upkeep = [dagbag.dags["maintenance"].get_task(task) for task in ("compact_speed_partials", "optimize_and_vacuum")]
+    assert BATCH_PRIORITY > MAINTENANCE_PRIORITY
+    assert [t.priority_weight for t in batch + upkeep] == [BATCH_PRIORITY] * 3 + [MAINTENANCE_PRIORITY] * 2
+    assert {t.weight_rule for t in batch + upkeep} == {"absolute"}
+    assert {t.pool for t in batch + upkeep} == {"default_pool"}  # no one-slot pool: runs share the engine
+    for recompute in batch[:2]:  # doubling waits between tries: 1 + 2 + 4 minutes
+        waits = sum((recompute.retry_delay * 2**n for n in range(recompute.retries)), timedelta())
+        assert recompute.retry_exponential_backoff and waits > timedelta(minutes=5), recompute.dag_id
 
 
 def test_reprocess_is_manual_and_writes_every_batch_table_and_the_version_pointers(dagbag):

@@ -1,0 +1,87 @@
+"""The batch engine: one long-lived Spark Connect server per deployment that Airflow's batch and
+maintenance tasks send their work to (``infra.spark.engine``), so that no task starts a JVM of its own.
+
+It is Spark's own server (``SparkConnectServer``, shipped in pyspark's jars), started with
+``spark-submit`` and the same configuration as every lambdalake session (``infra.spark.conf``), bound
+to 127.0.0.1, on the deployment's ``spark_master`` (``standalone``: its jobs run on the cluster).
+Concurrent clients (a backfill's runs in flight, maintenance beside them) share its cores through
+Spark's FAIR scheduler. ``lambdalake up`` starts it, ``down`` stops it, ``status`` and ``/health``
+report it, and the watchdog DAG restarts it if it died.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+from infra import processes
+from infra import spark as sparks
+from infra.settings import Settings
+
+NAME = "batch-engine"
+SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: Jobs of concurrent clients share the cores in turn (FAIR), not first come first served (FIFO).
+#: Spark Connect 4.1 has no way for a client to pick a pool (SPARK-48040 was not merged), so the
+#: default pool itself is fair.
+POOLS = """<?xml version="1.0"?>
+<allocations>
+  <pool name="default"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
+</allocations>
+"""
+
+
+def command(settings: Settings) -> list[str]:
+    """The server's ``spark-submit`` command line."""
+    from infra.spark_cluster import spark_home
+
+    pools = settings.run / "fairscheduler.xml"
+    pools.parent.mkdir(parents=True, exist_ok=True)
+    pools.write_text(POOLS)
+    master = settings.spark_master_url
+    conf = {**sparks.conf(settings, master), "spark.app.name": "lambdalake-batch-engine",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
+            "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(pools)}
+    return [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--class", SERVER,
+            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
+
+
+def healthy(settings: Settings) -> bool:
+    """Whether the server accepts connections on its port."""
+    return sparks.answers(settings.batch_engine_url)
+
+
+def start(settings: Settings, timeout: float = 120) -> None:
+    """Start the engine (no-op if it runs) and wait until it accepts connections."""
+    if processes.running_pid(settings, NAME) is None:
+        processes.require_free(settings.batch_engine_port, "batch engine")
+        from infra.spark_cluster import spark_home
+
+        processes.start(settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home())},
+                        cwd=settings.home)
+    processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
+                         alive=lambda: processes.running_pid(settings, NAME) is not None)
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the engine; True if it was running."""
+    return processes.stop(settings, NAME)
+
+
+def status(settings: Settings) -> dict:
+    """Pid, running, healthy, its address and resident memory (MB)."""
+    pid = processes.running_pid(settings, NAME)
+    try:
+        memory = round(psutil.Process(pid).memory_info().rss / 2**20) if pid else None
+    except psutil.NoSuchProcess:
+        memory = None
+    return {"pid": pid, "running": pid is not None, "healthy": pid is not None and healthy(settings),
+            "url": settings.batch_engine_url, "master": settings.spark_master_url, "rss_mb": memory}
+
+
+def watch(settings: Settings) -> str:
+    """Restart the engine if it is not running or does not answer; say what was found."""
+    if processes.running_pid(settings, NAME) is not None and healthy(settings):
+        return "healthy"
+    stop(settings)
+    start(settings)
+    return "restarted: the batch engine was not running or did not answer"
