@@ -1,5 +1,6 @@
 """Session-wide real parts: one deployment home (its own ports, beside any running demo), one Kafka
-broker, one SparkSession, one Airflow (tests/plugins/airflow_service.py)."""
+broker, one SparkSession, one batch engine (a Spark Connect server), one Airflow
+(tests/plugins/airflow_service.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra import kafka, spark_cluster, settings as config
+from infra import batch_engine as engines, kafka, spark_cluster, settings as config
 from infra.object_store import LocalS3
 from infra.settings import Settings
 from views import timebase
@@ -25,7 +26,7 @@ EXTRA_VIEWS = ("tests.extra_view",)
 #: two test runs on one machine do not meet.
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
 PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
-         "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT}
+         "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT, "batch_engine_port": 25002 + SHIFT}
 #: The session's S3 store (the ``object_store`` fixture), with keys of its own. The test deployment's
 #: Spark sessions are configured for it (``spark_conf``), and its AWS variables are exported, as a user
 #: would before ``lambdalake up``: delta-rs and s3fs find it from every process (Airflow's tasks too).
@@ -69,6 +70,17 @@ def spark(deployment):
 
 
 @pytest.fixture(scope="session")
+def batch_engine(deployment) -> Settings:
+    """The deployment's batch engine (a Spark Connect server, infra.batch_engine) for the session: the
+    tests' Airflow tasks and the processes they start send their Spark work to it. Never connect to it
+    from the test process itself: a Spark Connect session switches pyspark's functions to Connect for
+    the whole process, and the session's own SparkSession with them."""
+    engines.start(deployment)
+    yield deployment
+    engines.stop(deployment)
+
+
+@pytest.fixture(scope="session")
 def object_store(deployment) -> str:
     """A real S3 API (S3Proxy on loopback, infra.object_store), started on first use: the ``s3a://`` URI
     of a bucket."""
@@ -78,17 +90,21 @@ def object_store(deployment) -> str:
 
 
 @pytest.fixture
-def on_cluster_and_object_store(deployment, object_store) -> Settings:
+def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Settings:
     """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
-    the object store, for one test: the speed layer it starts and Airflow's batch tasks run there; the
-    cluster is stopped afterwards."""
+    the object store, for one test: the speed layer it starts and the batch engine, which Airflow's
+    batch tasks use, run there; afterwards the cluster is stopped and the engine runs locally again."""
     path = deployment.home / "settings.json"
     saved = path.read_text()
     settings = deployment.save(spark_master="standalone", storage=f"{object_store}/e2e")
     spark_cluster.start(settings)
+    engines.stop(settings)
+    engines.start(settings)
     yield settings
     path.write_text(saved)
+    engines.stop(settings)
     assert spark_cluster.stop(settings)
+    engines.start(deployment)
 
 
 @pytest.fixture

@@ -110,8 +110,8 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
 
         records = records + _late_events_reach_the_merged_view(settings, airflow_service.client, records, category,
                                                               today)
-        ran = spark_cluster.applications(settings)  # the speed layer and the batch tasks ran on the cluster
-        assert "lambdalake-speed" in ran and "lambdalake-batch" in ran, ran
+        ran = spark_cluster.applications(settings)  # the speed layer and the batch engine ran on the cluster
+        assert "lambdalake-speed" in ran and "lambdalake-batch-engine" in ran, ran
     finally:
         services.stop_speed(settings)
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_status_reports_every_service_healthy(airflow_service):
     status = airflow.status(airflow_service.settings)
-    assert set(status) == {"airflow-scheduler", "airflow-dag-processor", "airflow-api-server"}
+    assert set(status) == {"airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-api-server"}
     for service in status.values():
         assert service["running"] and service["healthy"] and psutil.pid_exists(service["pid"])
     assert status["airflow-api-server"]["url"] == f"http://127.0.0.1:{airflow_service.settings.airflow_port}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from infra import airflow
+from infra import airflow, services
 from infra.settings import Settings
 
 
@@ -22,10 +22,11 @@ class AirflowService:
 
 
 @pytest.fixture(scope="session")
-def airflow_service(deployment: Settings) -> AirflowService:
-    """The test deployment's running Airflow, DAGs parsed; stopped, with nothing left, at the session's end."""
-    settings = deployment
-    airflow.start(settings)
+def airflow_service(batch_engine: Settings) -> AirflowService:
+    """The test deployment's running Airflow, DAGs parsed, its Connection to the batch engine made;
+    stopped, with nothing left, at the session's end."""
+    settings = batch_engine
+    services.start_airflow(settings)
     try:
         client = airflow.AirflowClient(settings)
         client.wait_for_dag("batch_recompute")
