@@ -1,6 +1,7 @@
 """``python -m bench`` (``make bench``): measure the speed layer against a bare Structured Streaming
-job, the serving layer against Spark SQL and the batch layer against a plain Spark SQL job, and
-rewrite their parts of BENCHMARKS.md."""
+job, the serving layer against Spark SQL, the batch layer against a plain Spark SQL job, and the
+batch layer's runs through Airflow against the same work in a warm session, and rewrite their parts
+of BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from bench import batch, live, serving, throughput
+from bench import batch, live, orchestrated, serving, throughput
 from domains import producer
 from domains.clickstream import generator
 from domains.sample import counts
@@ -27,14 +28,16 @@ from lambdalake.cli import Parser
 
 REPORT = REPO / "BENCHMARKS.md"
 #: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
-PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080}
+PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080, "batch_engine_port": 28002}
 JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
 #: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
 #: that is not kept up with.
 STEADY_SHARES = (0.5, 0.8, 1.0, 1.25)
 #: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
-PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving", "batch": "## Batch"}
-HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving, batch) comes "
+PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving", "batch": "## Batch",
+         "orchestrated": "## Airflow: a nightly run and a backfill"}
+HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving, batch, "
+          "orchestrated) comes "
           "from one run, stated at its end, each against a baseline measured in the same run.\n")
 
 
@@ -60,6 +63,8 @@ def _parser() -> Parser:
                         help="events of the batch part's day, N; its growth days have 2N and 4N (default 1000000)")
     parser.add_argument("--batch-runs", type=_count, default=3,
                         help="timed runs per job on the batch part's day of N events (default 3)")
+    parser.add_argument("--day-events", type=_count, default=3000,
+                        help="events per day of the orchestrated part's nightly run and backfill (default 3000, the demo's)")
     parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the others' figures")
     return parser
 
@@ -244,9 +249,37 @@ def render_batch(days: list[batch.Day], late: batch.Late, command: str, date: st
         f"the late event is a page view of {late.days[-1]} at 23:30.", "",
         "| job | days recomputed | seconds |", "|---|---|---|",
         f"| full rebuild: `recompute_day` over every day held | {len(late.days)} | {late.rebuild_seconds:,.1f} |",
-        f"| correcting one late event: `stale_days`, then `recompute_day` per stale day | "
+        f"| correcting one late event: `stale_days`, then `recompute_day` per run of stale days | "
         f"{len(late.stale)} ({stale}) | {late.correction_seconds:,.1f} |", "",
         f"The correction took {late.correction_seconds / late.rebuild_seconds:.2f} of the rebuild's time.", "",
+        "### Run", "", *_run(command, date, minutes), "",
+    ])
+
+
+def render_orchestrated(runs: orchestrated.Runs, command: str, date: str, minutes: float) -> str:
+    warm = statistics.median(runs.warm_recompute)
+    tasks = runs.backfill_tasks
+    growth = runs.engine_mb_after_backfill / runs.engine_mb_after_first - 1
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    return "\n".join([
+        PARTS["orchestrated"], "", _doc(orchestrated), "",
+        f"Days of {runs.events:,} events; {runs.runs_in_flight} runs in flight at most.", "",
+        "| measure | seconds | against | target |", "|---|---|---|---|",
+        f"| nightly run: task start to success | {runs.nightly_task:,.1f} | warm `recompute_day` "
+        f"{warm:,.1f} s ({runs.nightly_task / warm:.1f}x; runs {', '.join(f'{t:,.1f}' for t in runs.warm_recompute)}) "
+        f"| ≤ 10: {met(runs.nightly_task <= 10)} |",
+        f"| nightly run: due to success | {runs.nightly_due_to_success:,.1f} | | ≤ 20: "
+        f"{met(runs.nightly_due_to_success <= 20)} |",
+        f"| backfill of {runs.backfill_days} days: `POST /api/v2/backfills` to every run's success | "
+        f"{runs.backfill:,.1f} | {runs.backfill_days} x warm `recompute_day` one after another: "
+        f"{runs.backfill_days * warm:,.0f} s | ≤ 300: {met(runs.backfill <= 300)} |",
+        f"| a backfill run's task: median (max) | {statistics.median(tasks):,.1f} ({max(tasks):,.1f}) | | |", "",
+        f"The engine's resident memory: {runs.engine_mb_after_first:,} MB after the nightly run, "
+        f"{runs.engine_mb_after_backfill:,} MB after the backfill ({growth:+.0%}; target within 20%: "
+        f"{met(abs(growth) <= 0.2)}).", "",
         "### Run", "", *_run(command, date, minutes), "",
     ])
 
@@ -301,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                 figures, write = _speed(args, root, say), render
             elif part == "serving":
                 figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
+            elif part == "orchestrated":
+                figures, write = (orchestrated.run(_deployment(root, "orchestrated"), args.day_events, say),
+                                  render_orchestrated)
             else:
                 figures, write = batch.run(_deployment(root, "batch"), _deployment(root, "batch-late"),
                                            args.batch_events, args.batch_runs, say), render_batch

@@ -37,7 +37,8 @@ call.
   (``recompute_day`` over the whole week, after an untimed recompute of an empty day warms the
   deployment). Then one late event for the newest day goes through the speed layer's fold, which
   counts it in late_events, and the correction runs as ``late_data_recompute`` does it:
-  ``batch_layer.stale.stale_days``, then ``recompute_day`` for each stale day. One run each.
+  ``batch_layer.stale.stale_days``, then ``recompute_day`` for each run of consecutive stale days. One
+  run each.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from infra.settings import Settings
 from speed_layer.queries import ensure_tables
 from views import all_views, changelog
 from views.model import View
-from views.timebase import DAY, UTC, day_start
+from views.timebase import DAY, UTC, day_start, ranges
 
 BASELINE, BATCH, UNCHECKED = ("plain Spark SQL (baseline)", "batch layer (recompute_day)",
                               "batch layer without quality checks and corrections")
@@ -180,12 +181,12 @@ def baseline(spark, settings: Settings, start: datetime, end: datetime) -> None:
         spark.sql("DROP VIEW day_events")  # and its cache
 
 
-def unchecked(settings: Settings, start: datetime, end: datetime) -> None:
+def unchecked(spark, settings: Settings, start: datetime, end: datetime) -> None:
     """``recompute_day`` with its quality checks and corrections replaced by no-ops."""
     with ExitStack() as stack:
         for module, name in ((quality, "check_raw_events"), (quality, "check_view"), (corrections, "record")):
             stack.enter_context(mock.patch.object(module, name, lambda *args, **kwargs: None))
-        recompute_day(settings, start, end)
+        recompute_day(spark, settings, start, end)
 
 
 def differences(view: View, ours: list[dict], theirs: list[dict]) -> list[str]:
@@ -257,7 +258,8 @@ def measure(spark, settings: Settings, day: date, jobs: tuple[str, ...], runs: i
     checked against the batch layer's after the first run (untimed if ``warm``)."""
     start, end = day_start(day), day_start(day) + DAY
     calls = {BASELINE: lambda: baseline(spark, settings, start, end),
-             BATCH: lambda: recompute_day(settings, start, end), UNCHECKED: lambda: unchecked(settings, start, end)}
+             BATCH: lambda: recompute_day(spark, settings, start, end),
+             UNCHECKED: lambda: unchecked(spark, settings, start, end)}
     seconds: dict[str, list[float]] = {job: [] for job in jobs}
     for run in range(runs + warm):
         for job in jobs:
@@ -276,11 +278,11 @@ def _late_event(day: date) -> Record:
     return Record(datetime.now(UTC), b"u0", json.dumps(event).encode(), "late")
 
 
-def _correct(settings: Settings) -> list[date]:
-    """What ``late_data_recompute`` does: recompute every stale day, each on its own; the days."""
+def _correct(spark, settings: Settings) -> list[date]:
+    """What ``late_data_recompute`` does: recompute each run of consecutive stale days together; the days."""
     days = stale_days(settings)
-    for day in days:
-        recompute_day(settings, day_start(day), day_start(day) + DAY)
+    for first, last in ranges(days):
+        recompute_day(spark, settings, day_start(first), day_start(last) + DAY)
     return days
 
 
@@ -291,12 +293,12 @@ def late(spark, settings: Settings, count: int, say) -> Late:
     days = [today - i * DAY for i in range(WEEK, 0, -1)]
     build(spark, settings, dict.fromkeys(days, count), say)
     first, end = day_start(days[0]), day_start(days[-1]) + DAY
-    recompute_day(settings, first - 3 * DAY, first - 2 * DAY)  # an empty day: the deployment's first recompute
+    recompute_day(spark, settings, first - 3 * DAY, first - 2 * DAY)  # an empty day: the deployment's first recompute
     say(f"batch: full rebuild of {days[0]} .. {days[-1]} ...")
-    rebuild, _ = _timed(lambda: recompute_day(settings, first, end))
+    rebuild, _ = _timed(lambda: recompute_day(spark, settings, first, end))
     say(f"batch: full rebuild: {rebuild:,.1f} s; one late event for {days[-1]} through the speed layer ...")
     landing.fold(spark, settings, [_late_event(days[-1])], settings.home / "late", "bench-late")
-    correction, stale = _timed(lambda: _correct(settings))
+    correction, stale = _timed(lambda: _correct(spark, settings))
     say(f"batch: correction of {', '.join(map(str, stale))}: {correction:,.1f} s")
     shown = spark.read.format("delta").load(versions.current(settings, "page_views_per_minute")).where(
         F.col("page") == LATE_PAGE).count()
