@@ -8,19 +8,28 @@ reaches back (a click may still flag a search 30 minutes old, a session may stil
 ago). Its partition (``view``, ``window_hour``) is then replaced in one Delta commit (``replaceWhere``):
 readers see the partials or their fold, never both, and the stream, which no longer appends there,
 never conflicts with it.
+
+Which hours may need folding is read from the Delta log with delta-rs, without a Spark job: only a
+closed hour that holds more than one row can hold more than one partial per window and key, so a
+deployment with none (a fresh one) costs no Spark job at all. The rest is the DataFrame API, which runs
+on a classic SparkSession and on a Spark Connect session (the batch engine) alike.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime, timedelta
 
-from delta.tables import DeltaTable
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from infra import delta
 from infra.settings import Settings
 from speed_layer import state
-from views import all_views, compile, tables
+from views import all_views, compile, tables, timebase
 from views.model import View
 
 HOUR = timedelta(hours=1)
@@ -44,21 +53,52 @@ def _fold(view: View, partials: DataFrame) -> DataFrame:
     return compile.packed(view, typed)
 
 
+def _crowded_hours(path: str) -> dict[str, list[datetime]]:
+    """Per view, the hours of the partials table at ``path`` that hold more than one row, by the row
+    counts its Delta log keeps per file."""
+    files = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))
+    rows = files.append_column("rows", pc.fill_null(files["num_records"], 2))  # a file not counted may hold two
+    hours = (rows.group_by(["partition.view", "partition.window_hour"]).aggregate([("rows", "sum")])
+             .filter(pc.field("rows_sum") > 1))
+    crowded = defaultdict(list)
+    for row in hours.to_pylist():
+        crowded[row["partition.view"]].append(row["partition.window_hour"])
+    return crowded
+
+
+def _newest_event(spark: SparkSession, path: str) -> datetime | None:
+    """The newest event time landed in the raw_events table at ``path``, in UTC: the largest of its files'
+    ``event_time`` statistics in the Delta log, or, if a file has none, read from the rows. (Delta keeps
+    a time's statistics to the millisecond below: a watermark that much behind only folds an hour one
+    run later.)"""
+    files = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))
+    if "max.event_time" in files.column_names and files["max.event_time"].null_count == 0:
+        newest = pc.max(files["max.event_time"]).as_py()
+    else:
+        newest = state.newest_event(spark.read.format("delta").load(path))
+    return newest and newest.astimezone(timebase.UTC)
+
+
 def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     """Fold every closed hour that holds more than one partial per window and key; the hours folded per view."""
-    path = tables.SPEED_PARTIALS.path(settings)
-    newest = state.newest_event(spark.read.format("delta").load(tables.RAW_EVENTS.path(settings)))
-    if newest is None or not DeltaTable.isDeltaTable(spark, path):
+    path, raw_events = tables.SPEED_PARTIALS.path(settings), tables.RAW_EVENTS.path(settings)
+    if not (delta.exists(path) and delta.exists(raw_events)):
+        return {}
+    crowded = _crowded_hours(path)
+    newest = _newest_event(spark, raw_events) if crowded else None
+    if newest is None:
         return {}
     watermark = newest - state.duration(settings.watermark)
+    closed = {view: hours for view in all_views(settings.view_modules, settings.domain).values()
+              if (hours := [h for h in crowded.get(view.name, ()) if h <= last_closed_hour(view, watermark)])}
+    if not closed:
+        return {}
     table = spark.read.format("delta").load(path)
     done = {}
-    for view in all_views(settings.view_modules, settings.domain).values():
-        if view.name not in table.columns:
-            continue
-        closed = table.where((F.col("view") == view.name) & (F.col("window_hour") <= F.lit(last_closed_hour(view, watermark))))
+    for view, candidates in closed.items():
         windows = F.struct(*(F.col(f"`{view.name}`.{c}") for c in ("window_start", *view.keys)))
-        hours = [r.hour for r in closed.groupBy(F.date_format("window_hour", "yyyy-MM-dd HH:mm:ss").alias("hour"))
+        hours = [r.hour for r in table.where((F.col("view") == view.name) & F.col("window_hour").isin(candidates))
+                 .groupBy(F.date_format("window_hour", "yyyy-MM-dd HH:mm:ss").alias("hour"))
                  .agg(F.count(F.lit(1)).alias("rows"), F.count_distinct(windows).alias("windows"))
                  .where("rows > windows").collect()]
         if not hours:

@@ -119,8 +119,10 @@ def test_query_runs_sandboxed_sql(served, tmp_path):
     assert escape.status_code == 400 and "only SELECT" in escape.json()["detail"] and not target.exists()
 
 
-def test_health_reports_days_dead_letters_and_freshness(served):
+def test_health_reports_days_dead_letters_freshness_and_the_batch_engine(served):
     health = _get(served, "/health").json()
+    assert health["batch_engine"] == {"running": False, "healthy": False, "url": served.batch_engine_url,
+                                      "master": served.spark_master_url, "rss_mb": None}  # none in its home
     [(dead,)] = engine.query(served, "SELECT count(*) FROM dead_letters")[1]
     assert dead > 0 and health["dead_letters"] == dead
     assert health["speed_layer"]["running"] is False and health["speed_rows_age_seconds"] >= 0
