@@ -29,7 +29,7 @@ from deltalake.exceptions import TableNotFoundError
 from fsspec.core import url_to_fs
 from pyspark.sql import SparkSession
 
-from infra import storage
+from infra import delta, storage
 from infra.airflow import parsing_logs, task_logs
 from infra.settings import Settings
 
@@ -38,8 +38,6 @@ from infra.settings import Settings
 #: and rewriting it buys nothing; Delta's own bound (1 GB) would rewrite gigabytes nightly for that. Every
 #: smaller file costs a read task's file open and a log entry of its own.
 SMALL_FILE_BYTES = 128 * 2**20
-#: Delta's interval units, largest first (a table property reads ``interval 7 days``).
-UNITS = (("days", 86_400), ("hours", 3_600), ("minutes", 60), ("seconds", 1))
 
 
 def tables(settings: Settings) -> list[str]:
@@ -87,19 +85,6 @@ def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
         if removed:
             done[_name(settings, table)] = removed
     return done
-
-
-def _interval(seconds: float) -> str:
-    """``seconds`` as a Delta interval, in the largest unit that divides it (``interval 7 days``)."""
-    whole = round(seconds)
-    unit, size = next((unit, size) for unit, size in UNITS if whole % size == 0)
-    return f"interval {whole // size} {unit}"
-
-
-def retention_properties(settings: Settings) -> dict[str, str]:
-    """The table properties that hold the settings' retentions: of removed files and of the log."""
-    return {"delta.deletedFileRetentionDuration": _interval(settings.vacuum_retention_hours * 3_600),
-            "delta.logRetentionDuration": _interval(settings.delta_log_retention_days * 86_400)}
 
 
 def _retain(spark: SparkSession, table: str, log: deltalake.DeltaTable, properties: dict[str, str]) -> None:
@@ -166,7 +151,7 @@ def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
     0 hours), and its check against short retentions (``retentionDurationCheck``) only compares such a
     clause with the property, so a retention below a week needs no lifting of that check.
     """
-    properties, retention = retention_properties(settings), settings.vacuum_retention_hours * 3_600
+    properties, retention = delta.retention_properties(settings), settings.vacuum_retention_hours * 3_600
     done = {}
     for table in tables(settings):
         log = _log(table)

@@ -12,6 +12,8 @@ import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from infra.settings import Settings
+
 R = TypeVar("R")
 
 
@@ -31,6 +33,23 @@ def retried(commit: Callable[[], R]) -> R:
     tables, each its own days, and Delta's optimistic concurrency lets one of two win."""
     return tenacity.Retrying(retry=tenacity.retry_if_exception(_conflicted), stop=tenacity.stop_after_attempt(8),
                              wait=tenacity.wait_random(0.1, 1.0), reraise=True)(commit)
+
+
+#: Delta's interval units, largest first (a table property reads ``interval 7 days``).
+UNITS = (("days", 86_400), ("hours", 3_600), ("minutes", 60), ("seconds", 1))
+
+
+def _interval(seconds: float) -> str:
+    """``seconds`` as a Delta interval, in the largest unit that divides it (``interval 7 days``)."""
+    whole = round(seconds)
+    unit, size = next((unit, size) for unit, size in UNITS if whole % size == 0)
+    return f"interval {whole // size} {unit}"
+
+
+def retention_properties(settings: Settings) -> dict[str, str]:
+    """The table properties that hold the settings' retentions: of removed files and of the log."""
+    return {"delta.deletedFileRetentionDuration": _interval(settings.vacuum_retention_hours * 3_600),
+            "delta.logRetentionDuration": _interval(settings.delta_log_retention_days * 86_400)}
 
 
 def exists(path: str) -> bool:

@@ -40,15 +40,17 @@ def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: fl
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create the landed tables and the dimensions (empty) so that readers never find them missing."""
     empty, declared = spark.createDataFrame([], events.KAFKA_RECORD), domain(settings.domain)
+    retention = delta.retention_properties(settings)  # set now: a later change would race the stream's commits
     parsed = events.parse(empty, declared.source, settings.max_payload_bytes, settings.future_horizon_seconds)
     for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, declared.source).schema),
                           (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
                           (tables.LATE_EVENTS, tables.LATE_EVENTS.schema)):
-        delta.ensure(spark, table.path(settings), schema, table.partition_by, dict(table.properties))
+        delta.ensure(spark, table.path(settings), schema, table.partition_by, {**table.properties, **retention})
     for dimension in declared.dimensions:
         changes = changelog.changes(changelog.parse(empty, dimension), dimension)
-        delta.ensure(spark, tables.changes(dimension).path(settings), changes.schema)
-        delta.ensure(spark, tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema)
+        delta.ensure(spark, tables.changes(dimension).path(settings), changes.schema, properties=retention)
+        delta.ensure(spark, tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema,
+                     properties=retention)
 
 
 def speed_views(settings: Settings) -> list[View]:
