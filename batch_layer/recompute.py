@@ -56,20 +56,21 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
 
 @contextmanager
 def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
-                   end: datetime) -> Iterator[DataFrame]:
+                   end: datetime) -> Iterator[tuple[DataFrame, dict[str, int]]]:
     """Check raw_events for ``[start, end)``, then give each event_id's first copy among the records
-    ``views`` read (:func:`read_records`), cached while the block runs; its checks update the Data
-    Docs once. The records are read once, for both."""
+    ``views`` read (:func:`read_records`), cached while the block runs, and the valid unique events of
+    each type in ``[start, end)`` (what the views' checks reconcile with); its checks update the Data
+    Docs once. The records are read and numbered (first copy or not) once, for both."""
     with quality.docs_once(settings):
-        records = read_records(spark, settings, views, start, end).persist()
+        records = quality.with_first_copy(read_records(spark, settings, views, start, end)).persist()
         try:
             quality.check_raw_events(settings, records, start, end)
-            events = compile.first_copies(records).persist()
-            events.count()  # cached before the records are dropped
+            events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY).persist()
+            unique = quality.unique_events(events, start, end)  # fills the cache before the records go
         finally:
             records.unpersist()
         try:
-            yield events
+            yield events, unique
         finally:
             events.unpersist()
 
@@ -81,10 +82,11 @@ def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[d
 
 
 def write_days(spark: SparkSession, settings: Settings, view: View, events: DataFrame, start: datetime,
-               end: datetime, path: str) -> dict[date, int]:
+               end: datetime, path: str, unique: dict[str, int] | None = None) -> dict[date, int]:
     """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (the first copies
     of at least the records it reads, :func:`read_records`) and replace those days in the table at
-    ``path``; the rows per day.
+    ``path``; the rows per day. ``unique``: the valid unique events per type in ``[start, end)``
+    (counted from ``events`` if not given).
 
     The rows pass the view's Great Expectations suite (batch_layer.quality) before they are written,
     and are compared with the speed layer's rows of those days (batch_layer.corrections).
@@ -95,13 +97,12 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window).persist()
     try:
-        quality.check_view(settings, view, rows, events, start, end)
-        per_day = {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
-        delta.retried(lambda: rows.write.format("delta").mode("overwrite").option("replaceWhere", window).save(path))
+        checked = quality.check_view(settings, view, rows, events if unique is None else unique, start, end)
+        delta.replace(checked.rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
         corrections.record(spark, settings, view, rows, start, end)
     finally:
         rows.unpersist()
-    return per_day
+    return checked.per_day
 
 
 def record_final(settings: Settings, days: dict[str, dict[date, int]], at: datetime) -> None:
@@ -123,7 +124,7 @@ def final_days(settings: Settings, view: str) -> set[date]:
 
 
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
-                   events: DataFrame | None = None) -> dict:
+                   events: DataFrame | None = None, unique: dict[str, int] | None = None) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
     (batch_layer.versions, :func:`write_days` from ``events``, by default read for this view alone) and
     record those days final."""
@@ -131,7 +132,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     path = versions.current(settings, view.name)
     if events is None:
         events = compile.first_copies(read_records(spark, settings, [view], start, end))
-    per_day = write_days(spark, settings, view, events, start, end, path)
+    per_day = write_days(spark, settings, view, events, start, end, path, unique)
     versions.require_serving(settings, view.name, path)
     record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
     final = timebase.spans(final_days(settings, view.name))
@@ -146,5 +147,5 @@ def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end:
     Data Docs updated once for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     views = all_views(settings.view_modules, settings.domain)
-    with checked_events(spark, settings, views.values(), start, end) as events:
-        return {name: recompute_view(spark, settings, view, start, end, events) for name, view in views.items()}
+    with checked_events(spark, settings, views.values(), start, end) as (events, unique):
+        return {name: recompute_view(spark, settings, view, start, end, events, unique) for name, view in views.items()}

@@ -116,9 +116,10 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
         storage.delete(target)  # a failed attempt's
     try:
         built = {}
-        with checked_events(spark, settings, views, plan.start, plan.end) as events:
+        with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique):
             for view in views:
-                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name])
+                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name],
+                                              unique)
                 if plan.copy_others:
                     _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
         return built

@@ -33,3 +33,38 @@ def test_each_suite_is_summarised_by_its_last_check(tmp_path):
 
 def test_no_checks_yet(tmp_path):
     assert catalog.quality(load(tmp_path))["suites"] == {}
+
+
+def test_a_views_check_is_reported_and_names_its_failing_rows(tmp_path):
+    """A view's suite runs on its rows brought to the driver (pandas, no Spark): each declared condition
+    is a boolean column, and a failure names the rows by window and key."""
+    import pandas as pd
+    import pytest
+
+    from batch_layer import quality
+    from views import get
+
+    settings, view = load(tmp_path), get("page_views_per_minute")
+    start, end = datetime(2026, 11, 22, tzinfo=UTC), datetime(2026, 11, 23, tzinfo=UTC)
+    frame = pd.DataFrame({"window_start": pd.to_datetime(["2026-11-22 00:01", "2026-11-22 00:01", "2026-11-22 00:02"],
+                                                         utc=True), "page": ["/a", "/b", "/a"], "views": [3, 1, 2]})
+    holds = {"views > 0": [True, True, True], "unique_users BETWEEN 1 AND views": [True, True, True]}
+    assert quality.conditions(view) == {c: c for c in holds}
+    done = quality.check(settings, quality.view_suite(view), frame.assign(**holds), start, end,
+                         {quality.UNIQUE_EVENTS: 6})
+    assert done.failed == [] and done.failing == {}
+
+    holds["unique_users BETWEEN 1 AND views"] = [True, False, True]
+    with pytest.raises(quality.QualityFailed, match=r"failed every row: unique_users BETWEEN 1 AND views; views sums "
+                                                    r"to the days' valid unique page_view events in raw_events; "
+                                                    r"nothing was written .* \(failing rows: every row: unique_users "
+                                                    r"BETWEEN 1 AND views: \(window_start=2026-11-22T00:01:00\+00:00, "
+                                                    r"page=/b\)\)$") as stopped:
+        quality.check(settings, quality.view_suite(view), frame.assign(**holds), start, end,
+                      {quality.UNIQUE_EVENTS: 7})
+    assert stopped.value.check.failing == {"every row: unique_users BETWEEN 1 AND views": [
+        {"window_start": "2026-11-22T00:01:00+00:00", "page": "/b"}]}
+    assert {(e, observed) for e, _, ok, observed in stopped.value.check.results if not ok} == {
+        ("every row: unique_users BETWEEN 1 AND views", "1"),
+        ("views sums to the days' valid unique page_view events in raw_events", "6")}
+    assert catalog.quality(settings)["suites"]["view.page_views_per_minute"]["failed"] == 2
