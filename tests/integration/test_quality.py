@@ -228,6 +228,7 @@ def test_a_project_the_previous_checks_wrote_is_taken_over(spark, tables, number
     unique = quality.unique_events(numbered.where(quality.FIRST_COPY), DAY, END)
     done = quality.check_view(tables, VIEW, rows, unique, DAY, END)
     assert {e for e, _, ok, _ in done.results if ok} == PASSED
+    quality.check_raw_events(tables, numbered, DAY, END)  # its suite (new to this project) on the Spark source
     context = quality._context(tables)
     assert context.data_sources.get("lambdalake").persist is False
     [validation] = context.checkpoints.get(name).validation_definitions
