@@ -11,9 +11,12 @@ Every hour, off the speed layer's hot path:
 2. **Retire batch versions**: delete the versions of views' batch tables that serve no view and can no
    longer be switched back to (`version_retention_days` after a reprocess replaced them;
    `batch_layer.versions.retire`).
-3. **OPTIMIZE** every Delta table (bin-packing the small files micro-batches leave), then **VACUUM**
-   the files no version within the retention (`vacuum_retention_hours`, a week by default) reads, so
-   time travel and running readers keep working (`batch_layer.maintenance`).
+3. **OPTIMIZE** every Delta table that has small files (bin-packing what micro-batches leave), then
+   **VACUUM** the files no version within the retention (`vacuum_retention_hours`, a week by default,
+   set as each table's property) reads, so time travel and running readers keep working
+   (`batch_layer.maintenance`). A table with nothing to do costs no Spark job and no commit.
+
+Its Spark work goes to the batch engine, below batch runs in priority: it never holds a nightly run up.
 4. **Trim logs**: Airflow task and parsing logs older than `log_retention_days`.
 """
 
