@@ -5,54 +5,83 @@ Per view and recompute, one row per measure in ``corrections``: the windows (win
 had, those batch added, those it removed (speed showed them, batch has none) and those it changed; and
 the measure's absolute difference summed over the windows (a missing side counts as 0) with its size
 relative to batch's own total.
+
+The comparison runs in DuckDB on the driver, as the serving layer's merge does: batch's rows are
+already there (checked and written from Arrow), and the speed layer's of the same days are its partials
+of those hours (a few partitions of ``speed_partials``, read with delta-rs), merged by the same SQL.
 """
 
 from __future__ import annotations
 
-import operator
 from datetime import datetime
-from functools import reduce
 
+import duckdb
 import pyarrow as pa
-from deltalake import write_deltalake
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow.dataset as ds
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
-from serving_layer.spark_sql import dialect, speed_rows
+from serving_layer.engine import sketch_functions
+from serving_layer.merge import speed_sql
 from views import tables, timebase
 from views.model import View
 
+COUNTS = ("speed_windows", "batch_windows", "added", "removed", "changed")
 
-def compare(view: View, batch: DataFrame, speed: DataFrame) -> dict:
-    """Windows of each side, added, removed and changed ones, and per measure (difference, batch total)."""
-    keys = ["window_start", "window_end", *view.keys]
+
+def compare_sql(view: View, batch: str, speed: str) -> str:
+    """SQL: windows of each side, added, removed and changed ones, and per measure ``m`` its difference
+    ``d_m`` and batch total ``t_m``, comparing the relations ``batch`` and ``speed`` (the view's rows)."""
+    keys = ", ".join(f'"{c}"' for c in ("window_start", "window_end", *view.keys))
     measures = [m.name for m in view.measures]
-    b = batch.select(*keys, *(F.col(m).cast("double").alias(f"b_{m}") for m in measures), F.lit(True).alias("_b"))
-    s = speed.select(*keys, *(F.col(m).cast("double").alias(f"s_{m}") for m in measures), F.lit(True).alias("_s"))
-    both = b.join(s, keys, "full_outer")
-    differs = [~F.col(f"b_{m}").eqNullSafe(F.col(f"s_{m}")) for m in measures]
-    found = both.agg(
-        F.count_if(F.col("_s").isNotNull()).alias("speed_windows"), F.count_if(F.col("_b").isNotNull()).alias("batch_windows"),
-        F.count_if(F.col("_s").isNull()).alias("added"), F.count_if(F.col("_b").isNull()).alias("removed"),
-        F.count_if(F.col("_b").isNotNull() & F.col("_s").isNotNull() & reduce(operator.or_, differs)).alias("changed"),
-        *(F.sum(F.abs(F.coalesce(F.col(f"b_{m}"), F.lit(0.0)) - F.coalesce(F.col(f"s_{m}"), F.lit(0.0)))).alias(f"d_{m}")
-          for m in measures),
-        *(F.sum(F.abs(F.col(f"b_{m}"))).alias(f"t_{m}") for m in measures)).first().asDict()
-    return {**{k: found[k] for k in ("speed_windows", "batch_windows", "added", "removed", "changed")},
-            "measures": {m: (found[f"d_{m}"] or 0.0, found[f"t_{m}"] or 0.0) for m in measures}}
+
+    def side(relation: str, prefix: str) -> str:
+        values = ", ".join(f'CAST("{m}" AS DOUBLE) AS "{prefix}{m}"' for m in measures)
+        return f"SELECT {keys}, {values}, TRUE AS _{prefix[0]} FROM {relation}"
+
+    differs = " OR ".join(f'"b_{m}" IS DISTINCT FROM "s_{m}"' for m in measures)
+    sums = ", ".join(f'sum(abs(coalesce("b_{m}", 0) - coalesce("s_{m}", 0))) AS "d_{m}", '
+                     f'sum(abs("b_{m}")) AS "t_{m}"' for m in measures)
+    return (f"SELECT count_if(_s IS NOT NULL) AS speed_windows, count_if(_b IS NOT NULL) AS batch_windows, "
+            f"count_if(_s IS NULL) AS added, count_if(_b IS NULL) AS removed, "
+            f"count_if(_b IS NOT NULL AND _s IS NOT NULL AND ({differs})) AS changed, {sums} "
+            f"FROM ({side(batch, 'b_')}) FULL OUTER JOIN ({side(speed, 's_')}) USING ({keys})")
 
 
-def record(spark: SparkSession, settings: Settings, view: View, batch: DataFrame, start: datetime,
-           end: datetime) -> dict | None:
+def _partials(settings: Settings, view: View, start: datetime, end: datetime) -> pa.Table | None:
+    """The speed layer's partials of ``view`` for the hours of ``[start, end)``, or None if it has none."""
+    try:
+        partials = DeltaTable(tables.SPEED_PARTIALS.path(settings)).to_pyarrow_dataset()
+    except TableNotFoundError:
+        return None
+    if view.name not in partials.schema.names:
+        return None
+    hours = ds.field("window_hour")
+    return partials.to_table(columns=["view", "window_hour", view.name],
+                             filter=(ds.field("view") == view.name) & (hours >= start) & (hours < end))
+
+
+def compare(view: View, batch: pa.Table, partials: pa.Table) -> dict:
+    """Windows of each side, added, removed and changed ones, and per measure (difference, batch total)."""
+    with duckdb.connect() as con:
+        sketch_functions(con)
+        con.register("batch_rows", batch)
+        con.register(tables.SPEED_PARTIALS.name, partials)
+        found = con.execute(compare_sql(view, "batch_rows", f"({speed_sql(view, tables.SPEED_PARTIALS.name)})")).fetchone()
+    named = dict(zip((*COUNTS, *(f"{kind}_{m.name}" for m in view.measures for kind in "dt")), found))
+    return {**{k: named[k] for k in COUNTS},
+            "measures": {m.name: (named[f"d_{m.name}"] or 0.0, named[f"t_{m.name}"] or 0.0) for m in view.measures}}
+
+
+def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end: datetime) -> dict | None:
     """Compare ``batch`` (the view's exact rows of ``[start, end)``) with the speed layer's rows of
     those windows and append the report to ``corrections``; None if the speed layer has no rows there."""
-    with dialect(spark):
-        speed = speed_rows(spark, settings, view, start, end)
-        found = None if speed is None else compare(view, batch, speed)
+    partials = _partials(settings, view, timebase.utc(start), timebase.utc(end))
+    found = None if partials is None else compare(view, batch, partials)
     if found is None or not found["speed_windows"]:
         return None
-    counts = [found[k] for k in ("speed_windows", "batch_windows", "added", "removed", "changed")]
+    counts = [found[k] for k in COUNTS]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
     rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None) for m, (d, t) in found["measures"].items()]
     schema = tables.CORRECTIONS.schema

@@ -95,13 +95,10 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     events = events.where(F.col("event_date").between(*_days_read([view], start, end)))
     dimensions = {name: read_table(spark, settings, name) for name in compile.dimension_tables(view)}
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
-    rows = compile.batch(view, events, dimensions).where(window).persist()
-    try:
-        checked = quality.check_view(settings, view, rows, events if unique is None else unique, start, end)
-        delta.replace(checked.rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
-        corrections.record(spark, settings, view, rows, start, end)
-    finally:
-        rows.unpersist()
+    rows = compile.batch(view, events, dimensions).where(window)
+    checked = quality.check_view(settings, view, rows, events if unique is None else unique, start, end)
+    delta.replace(checked.rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
+    corrections.record(settings, view, checked.rows, start, end)
     return checked.per_day
 
 

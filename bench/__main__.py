@@ -279,7 +279,8 @@ def render_orchestrated(runs: orchestrated.Runs, command: str, date: str, minute
         f"| a backfill run's task: median (max) | {statistics.median(tasks):,.1f} ({max(tasks):,.1f}) | | |", "",
         f"The engine's resident memory: {runs.engine_mb_after_first:,} MB after the nightly run, "
         f"{runs.engine_mb_after_backfill:,} MB after the backfill ({growth:+.0%}; target within 20%: "
-        f"{met(abs(growth) <= 0.2)}).", "",
+        f"{met(abs(growth) <= 0.2)}). Its live heap: {runs.engine_live_mb_after_first:,.0f} MB after the nightly "
+        f"run, {runs.engine_live_mb_after_backfill:,.0f} MB after the backfill.", "",
         "### Run", "", *_run(command, date, minutes), "",
     ])
 

@@ -69,10 +69,11 @@ def _memory_mb(pid: int) -> float:
     return rss / 2**20
 
 
-def _live_heap_mb(pid: int) -> float:
-    """The heap in use in the speed layer's JVM right after a full collection (``jcmd GC.run``), from
-    ``jstat``: its live objects, what a leak would grow."""
-    [jvm] = [p.pid for p in psutil.Process(pid).children(recursive=True) if p.name() == "java"]
+def live_heap_mb(pid: int) -> float:
+    """The heap in use in the JVM of process ``pid`` (the JVM itself, or its parent) right after a full
+    collection (``jcmd GC.run``), from ``jstat``: its live objects, what a leak would grow."""
+    process = psutil.Process(pid)
+    [jvm] = [p.pid for p in (process, *process.children(recursive=True)) if p.name() == "java"]
     subprocess.run(["jcmd", str(jvm), "GC.run"], check=True, capture_output=True, timeout=60)
     header, values = subprocess.run(["jstat", "-gc", str(jvm)], check=True, capture_output=True, text=True,
                                     timeout=60).stdout.split("\n")[:2]
@@ -103,7 +104,7 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
                 quarter = min(4, 4 * done // total)
                 memory.setdefault(quarter, _memory_mb(pid))
                 if live_heap and quarter not in live:
-                    live[quarter] = _live_heap_mb(pid)
+                    live[quarter] = live_heap_mb(pid)
                 if done >= total:
                     return Drain(batch_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
                                  query["batch_id"] + 1, [memory[q] for q in sorted(memory)],

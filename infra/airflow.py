@@ -1,7 +1,8 @@
 """A real Airflow 3 for a deployment: scheduler, dag-processor, triggerer and API server as separate
 services.
 
-Like ``airflow standalone``: LocalExecutor on SQLite and SimpleAuthManager, here with one admin user whose
+Like ``airflow standalone``: LocalExecutor (its task processes forked with the batch tasks' libraries
+imported, ``infra.task_executor``) on SQLite and SimpleAuthManager, here with one admin user whose
 password comes from the settings, everything under ``<home>/airflow``, bound to 127.0.0.1. The DAGs
 folder is ``dags/`` of this checkout; tasks import the layers (``PYTHONPATH``) and write to the same
 deployment (``LAMBDALAKE_HOME``). :class:`AirflowClient` drives it through the REST API v2.
@@ -100,7 +101,7 @@ def env(settings: Settings) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__EXECUTOR": "infra.task_executor.PreloadedLocalExecutor",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         # a backfill's runs in flight, beside maintenance and the watchdog: tasks are thin clients of the
         # batch engine, not JVMs of their own

@@ -11,6 +11,9 @@ report it, and the watchdog DAG restarts it if it died.
 
 from __future__ import annotations
 
+import multiprocessing
+import shutil
+
 import psutil
 
 from infra import processes
@@ -51,8 +54,10 @@ def healthy(settings: Settings) -> bool:
 
 
 def start(settings: Settings, timeout: float = 120) -> None:
-    """Start the engine (no-op if it runs) and wait until it accepts connections."""
-    if processes.running_pid(settings, NAME) is None:
+    """Start the engine (no-op if it runs), wait until it accepts connections and, if it was started
+    here, warm it up (:func:`warm_up`)."""
+    started = processes.running_pid(settings, NAME) is None
+    if started:
         processes.require_free(settings.batch_engine_port, "batch engine")
         from infra.spark_cluster import spark_home
 
@@ -60,6 +65,40 @@ def start(settings: Settings, timeout: float = 120) -> None:
                         cwd=settings.home)
     processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
                          alive=lambda: processes.running_pid(settings, NAME) is not None)
+    if started:
+        warm_up(settings)
+
+
+def warm_up(settings: Settings) -> None:
+    """Run a small job of the kinds a recompute runs on a scratch table of the engine's own, so that
+    the first task after a start does not pay for loading the planner's, Delta's and Arrow's classes
+    (tens of seconds on a new JVM). It reads and computes none of the deployment's data. The job runs
+    in a process of its own: a Spark Connect session turns the whole process's pyspark to Connect."""
+    job = multiprocessing.get_context("spawn").Process(target=_warm_up_job, args=(settings,), name="engine-warm-up")
+    job.start()
+    job.join()
+    if job.exitcode:
+        raise RuntimeError(f"the batch engine failed its warm-up job (exit code {job.exitcode}): see "
+                           f"{processes.log_file(settings, NAME)}")
+
+
+def _warm_up_job(settings: Settings) -> None:
+    """A Delta write, a cached read, a window, sketches, an outer join, Arrow to the client and the
+    table's history, on the engine."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    scratch = settings.run / "engine-warm-up"
+    with sparks.engine(settings) as spark:
+        spark.range(5000).select("id", (F.col("id") % 7).alias("k"), (F.col("id") / 3).alias("v")).write.format(
+            "delta").mode("overwrite").save(str(scratch))
+        rows = spark.read.format("delta").load(str(scratch)).where(F.col("k") < 6).persist()
+        first = rows.withColumn("n", F.row_number().over(Window.partitionBy("k").orderBy("id"))).where("n = 1")
+        rows.groupBy("k").agg(F.count("*").alias("rows"), F.sum("v").alias("v"), F.hll_sketch_agg("id").alias("ids")) \
+            .join(first, "k", "full_outer").toArrow()
+        rows.unpersist()
+        spark.sql(f"DESCRIBE HISTORY delta.`{scratch}`").collect()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def stop(settings: Settings) -> bool:

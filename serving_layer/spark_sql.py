@@ -7,20 +7,14 @@ SparkContext), which reads double-quoted names as identifiers, as DuckDB does (:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from batch_layer import versions
 from infra import delta
 from infra.settings import Settings
 from serving_layer.engine import base_tables
-from serving_layer.merge import batch_relation, merged_views, speed_sql
+from serving_layer.merge import batch_relation, merged_views
 from views import all_views, tables
-from views.model import View
 
 
 #: How Spark reads the merge SQL as DuckDB does: double-quoted names are identifiers.
@@ -33,36 +27,6 @@ def _beside(spark: SparkSession) -> SparkSession:
     for key, value in DIALECT.items():
         sql.conf.set(key, value)
     return sql
-
-
-@contextmanager
-def dialect(spark: SparkSession) -> Iterator[SparkSession]:
-    """``spark`` reading SQL as DuckDB does while the block runs, as it was afterwards. For a session
-    that has no sessions beside it (Spark Connect's), whose DataFrames are analysed when they run: use
-    what :func:`speed_rows` returns within the block."""
-    before = {key: spark.conf.get(key) for key in DIALECT}
-    for key, value in DIALECT.items():
-        spark.conf.set(key, value)
-    try:
-        yield spark
-    finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
-
-
-def speed_rows(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime) -> DataFrame | None:
-    """The speed layer's rows of ``view`` whose windows start in ``[start, end)`` (whole hours), one per
-    window and key (merged from its partials), or None if it has no partials. ``spark`` must read SQL
-    as DuckDB does (:func:`dialect`) until the rows are used."""
-    sql, path = spark, tables.SPEED_PARTIALS.path(settings)
-    if not delta.exists(path):
-        return None
-    partials = sql.read.format("delta").load(path)
-    if view.name not in partials.columns:
-        return None
-    partials.where((F.col("view") == view.name) & (F.col("window_hour") >= F.lit(start))
-                   & (F.col("window_hour") < F.lit(end))).createOrReplaceTempView(tables.SPEED_PARTIALS.name)
-    return sql.sql(speed_sql(view, tables.SPEED_PARTIALS.name))
 
 
 def session(spark: SparkSession, settings: Settings) -> SparkSession:
