@@ -24,6 +24,9 @@ class PreloadedLocalExecutor(LocalExecutor):
     """LocalExecutor whose task processes start with :data:`PRELOADED` already imported."""
 
     def start(self) -> None:
+        from airflow.sdk.listener import get_listener_manager
+
         for module in PRELOADED:
             importlib.import_module(module)
+        get_listener_manager()  # a task's first call scans the installed packages' plugins: done once here
         super().start()
