@@ -9,8 +9,9 @@ from typing import TypeVar
 import deltalake
 import pyarrow as pa
 import tenacity
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from infra.settings import Settings
 
@@ -57,18 +58,16 @@ def exists(path: str) -> bool:
     return deltalake.DeltaTable.is_deltatable(path)
 
 
-def ensure(spark: SparkSession, path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
+def ensure(path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
            properties: dict[str, str] | None = None) -> None:
-    """Create an empty Delta table at ``path`` if there is none (with delta-rs for an Arrow schema), with
-    table ``properties`` (set on a table that lacks them, too)."""
-    if isinstance(schema, pa.Schema):
+    """Create an empty Delta table at ``path`` if there is none (with delta-rs: no Spark job; a Spark
+    schema's columns all nullable, as Spark's writer makes them), with table ``properties`` (set on a
+    table that lacks them, too)."""
+    if not exists(path):
+        if isinstance(schema, T.StructType):
+            schema = pa.schema([field.with_nullable(True) for field in to_arrow_schema(schema)])
         deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None,
                                     configuration=properties)
-    else:
-        # an empty append in "ignore" mode, not DeltaTable.createIfNotExists: its location check refuses a
-        # file:/// URI, which Hadoop writes file:/
-        (spark.createDataFrame([], schema).write.format("delta").mode("ignore").partitionBy(*partition_by)
-         .options(**properties or {}).save(path))
     if properties:
         table = deltalake.DeltaTable(path)
         if any(table.metadata().configuration.get(k) != v for k, v in properties.items()):

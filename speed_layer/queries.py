@@ -45,11 +45,11 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, declared.source).schema),
                           (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
                           (tables.LATE_EVENTS, tables.LATE_EVENTS.schema)):
-        delta.ensure(spark, table.path(settings), schema, table.partition_by, {**dict(table.properties), **retention})
+        delta.ensure(table.path(settings), schema, table.partition_by, {**dict(table.properties), **retention})
     for dimension in declared.dimensions:
         changes = changelog.changes(changelog.parse(empty, dimension), dimension)
-        delta.ensure(spark, tables.changes(dimension).path(settings), changes.schema, properties=retention)
-        delta.ensure(spark, tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema,
+        delta.ensure(tables.changes(dimension).path(settings), changes.schema, properties=retention)
+        delta.ensure(tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema,
                      properties=retention)
 
 
