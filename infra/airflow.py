@@ -122,9 +122,10 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": keys["secret_key"],
         "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        # each parse of a DAG file imports the layers in a new process: every 10 s, that kept a third of
-        # a core busy on an idle deployment; the files change only with the checkout
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "120",
+        # Airflow's default: each parse of a DAG file imports the layers in a new process, which every 10 s
+        # kept a third of a core busy on an idle deployment. The DAGs' Assets name the tables where the
+        # settings put them: a change of ``storage`` shows in them (and their tasks run) after a parse.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_STORAGE_PATH": str(home / "dag_bundles"),
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(task_logs(settings)),
