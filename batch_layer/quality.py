@@ -143,19 +143,28 @@ def _locked(home: str, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _context(settings: Settings):
+#: home -> the deployment's GX file context, loaded once per process (with its Data Docs' compiled
+#: templates), again when another process may have written to it.
+_contexts: dict[str, object] = {}
+
+
+def _context(settings: Settings, reload: bool = False):
     """The deployment's GX file context, made the current GX project (validation definitions and
-    checkpoints look their stores up there)."""
+    checkpoints look their stores up there). Loaded under the project's lock, which the caller holds
+    to ``reload`` it (GX writes a new project's files as it loads it)."""
     from great_expectations.data_context.data_context.context_factory import project_manager
 
-    context = _context_at(str(settings.home))
-    project_manager.set_project(context)
-    return context
+    home = str(settings.home)
+    if reload:
+        _contexts[home] = _load(home)
+    elif home not in _contexts:
+        with _locked(home, exclusive=True):
+            _contexts[home] = _load(home)
+    project_manager.set_project(_contexts[home])
+    return _contexts[home]
 
 
-@lru_cache(maxsize=4)
-def _context_at(home: str):
-    """The deployment's GX file context, loaded once per process (with its Data Docs' compiled templates)."""
+def _load(home: str):
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -191,7 +200,11 @@ def _checkpoint(settings: Settings, suite: Suite):
     if known is None or known[0] != made_from:
         context = _context(settings)
         with _locked(str(settings.home), exclusive=True):
-            known = (made_from, _stored(context, suite) or _store(context, suite))
+            stored = _stored(context, suite)
+            if stored is None:  # perhaps written by another process since this one loaded the project
+                context = _context(settings, reload=True)
+                stored = _stored(context, suite) or _store(context, suite)
+            known = (made_from, stored)
         _checkpoints[key] = known
     return known[1]
 

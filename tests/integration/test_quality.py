@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
@@ -18,6 +22,7 @@ from batch_layer import quality
 from batch_layer.quality import QualityFailed
 from domains.clickstream.generator import generate
 from domains.sample import Mix
+from infra.settings import REPO
 from tests.integration.records import land
 from views import compile, get, timebase
 
@@ -192,7 +197,7 @@ def test_suites_and_checkpoints_are_written_only_when_their_definition_changes(s
         "expectations/raw_events.json", "checkpoints/raw_events.json", "great_expectations.yml"}
 
     monkeypatch.setattr(quality, "_checkpoints", {})  # as a new process finds them
-    quality._context_at.cache_clear()
+    monkeypatch.setattr(quality, "_contexts", {})
     quality.check_view(tables, VIEW, rows, unique, DAY, END)
     quality.check_raw_events(tables, numbered, DAY, END)
     assert _definitions(tables) == written
@@ -222,7 +227,7 @@ def test_a_project_the_previous_checks_wrote_is_taken_over(spark, tables, number
     validation = old.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     old.checkpoints.add_or_update(gx.Checkpoint(name=name, validation_definitions=[validation], actions=[]))
     monkeypatch.setattr(quality, "_checkpoints", {})  # a new process
-    quality._context_at.cache_clear()
+    monkeypatch.setattr(quality, "_contexts", {})
 
     rows = _rows(numbered)
     unique = quality.unique_events(numbered.where(quality.FIRST_COPY), DAY, END)
@@ -234,3 +239,41 @@ def test_a_project_the_previous_checks_wrote_is_taken_over(spark, tables, number
     [validation] = context.checkpoints.get(name).validation_definitions
     assert validation.data.data_asset.datasource.name == "lambdalake_rows"
     rows.unpersist()
+
+
+#: One process of a backfill's runs in flight: once ``go`` exists, it checks rows of two views that
+#: pass their suites, each view's first (the GX project is new to all of them).
+CHECKER = """
+import os, sys, time
+from datetime import datetime, timedelta
+import pandas as pd
+from batch_layer import quality
+from infra import settings
+from views import get, timebase
+day = datetime(2026, 11, 20, tzinfo=timebase.UTC)
+deployment = settings.load()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+for name in sys.argv[2:]:
+    view = get(name)
+    row = {"window_start": pd.Timestamp(day), **{k: "k" for k in view.keys},
+           **{m: 1 for m in quality.reconciled(view)}, **{c: True for c in quality.conditions(view).values()}}
+    done = quality.check(deployment, quality.view_suite(view), pd.DataFrame([row]), day, day + timedelta(days=1),
+                         {quality.UNIQUE_EVENTS: 1})
+    assert not done.failed, done
+"""
+
+
+def test_runs_in_flight_on_a_new_gx_project_all_pass_their_checks(tables):
+    """Processes that check at once, as a backfill's runs do on a deployment's first night, each write
+    or take over the suites without invalidating one another's (GX refuses a checkpoint whose suite
+    was saved again since it was loaded)."""
+    go = tables.home / "go"
+    env = {**os.environ, "LAMBDALAKE_HOME": str(tables.home), "PYTHONPATH": str(REPO)}
+    order = ["page_views_per_minute", "sessions_hourly"]
+    checkers = [subprocess.Popen([sys.executable, "-c", CHECKER, str(go), *(order if i % 2 else order[::-1])],
+                                 env=env, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    time.sleep(8)  # all of them have imported GX and loaded the (empty) project
+    go.touch()
+    errors = [checker.communicate(timeout=300)[1] for checker in checkers]
+    assert [checker.returncode for checker in checkers] == [0] * 4, [e.strip().splitlines()[-1:] for e in errors]
