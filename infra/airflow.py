@@ -204,7 +204,10 @@ def start(settings: Settings, timeout: float = 120) -> None:
             processes.wait_until(lambda: _healthy(settings, name, since), max(deadline - time.monotonic(), 1),
                                  f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
                                  alive=lambda: _running(settings, name))
-    except processes.ServiceError:
+        # the API server builds its Execution API, which each task calls first, on its first request
+        # (2 s here): made now, not by the first task after a start
+        requests.get(f"{settings.airflow_url}/execution/health", timeout=60).raise_for_status()
+    except (processes.ServiceError, requests.RequestException):
         stop(settings)
         raise
 

@@ -29,6 +29,24 @@ KAFKA_RECORD = T.StructType([
     T.StructField("timestampType", T.IntegerType()),
 ])
 
+def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tuple]:
+    """Generated records (``domains.producer.Record``) as :data:`KAFKA_RECORD` tuples, as Spark's Kafka
+    source would read them from ``topic``: spread over ``partitions`` by position, offsets in order."""
+    offsets = [0] * partitions
+    rows = []
+    for i, record in enumerate(records):
+        partition = i % partitions
+        rows.append((record.key, record.value, topic, partition, offsets[partition],
+                     record.send_at.replace(tzinfo=None), 0))
+        offsets[partition] += 1
+    return rows
+
+
+def kafka_frame(spark, records, topic: str = "events", partitions: int = 3) -> DataFrame:
+    """A DataFrame of :func:`kafka_rows`."""
+    return spark.createDataFrame(kafka_rows(records, topic, partitions), KAFKA_RECORD)
+
+
 RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2})$"
 
 KAFKA_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at")

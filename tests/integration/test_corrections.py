@@ -14,7 +14,8 @@ from domains.sample import Mix
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle
-from tests.integration.records import kafka_frame, land
+from tests.integration.records import land
+from views.events import kafka_frame
 from views import all_views, timebase
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from domains.clickstream import PRODUCTS
 from domains.producer import Record, read_file
-from tests.integration.records import kafka_frame
+from views.events import kafka_frame
 from views import changelog, timebase
 
 pytestmark = pytest.mark.integration

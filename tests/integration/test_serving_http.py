@@ -19,7 +19,7 @@ from serving_layer import engine
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests.browser import chromium, screenshot
-from tests.integration.records import kafka_frame
+from views.events import kafka_frame
 from views import all_views, timebase
 
 pytestmark = [pytest.mark.integration]

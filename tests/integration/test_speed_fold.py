@@ -25,7 +25,7 @@ from speed_layer import queries
 from speed_layer.compact import compact
 from speed_layer.fold import Fold
 from tests.compare import merged_rows
-from tests.integration.records import kafka_frame
+from views.events import kafka_frame
 from views import all_views, timebase
 from views import tables as catalog
 

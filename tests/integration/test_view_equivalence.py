@@ -38,7 +38,7 @@ from speed_layer.fold import Fold
 from tests import ads_oracle, oracle
 from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
-from tests.integration.records import kafka_rows
+from views.events import kafka_rows
 from views import all_views, changelog, domain, events, timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
