@@ -30,6 +30,8 @@ REPORT = REPO / "BENCHMARKS.md"
 #: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
 PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080, "batch_engine_port": 28002}
 JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
+#: The batch layer's target: at most this many times the plain Spark SQL job's time, at each size.
+BATCH_RATIO = 1.2
 #: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
 #: that is not kept up with.
 STEADY_SHARES = (0.5, 0.8, 1.0, 1.25)
@@ -222,17 +224,22 @@ def render_serving(data: serving.Data, results: dict[str, serving.Result], point
     ])
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
 def render_batch(days: list[batch.Day], late: batch.Late, command: str, date: str, minutes: float) -> str:
     first = days[0]
     median = {job: statistics.median(times) for job, times in first.seconds.items()}
     ratio = {job: seconds / median[batch.BASELINE] for job, seconds in median.items()}
-    target = {batch.BATCH: f"≤ 1.1: {'met' if ratio[batch.BATCH] <= 1.1 else 'not met'}"}
+    target = {batch.BATCH: f"≤ {BATCH_RATIO}: {_met(ratio[batch.BATCH] <= BATCH_RATIO)}"}
     rows = [f"| {job} | {median[job]:,.1f} | {', '.join(f'{s:,.1f}' for s in times)} | {ratio[job]:.2f} | "
             f"{target.get(job, '')} |" for job, times in first.seconds.items()]
     growth = [(day.events, *(statistics.median(day.seconds[job]) for job in (batch.BATCH, batch.BASELINE)))
               for day in days]
     growth_rows = [f"| {events:,} | {ours:,.1f} | {base:,.1f} | {ours / base:.2f} | {ours / events * 1e6:,.1f} | "
-                   f"{base / events * 1e6:,.1f} |" for events, ours, base in growth]
+                   f"{base / events * 1e6:,.1f} | ≤ {BATCH_RATIO}: {_met(ours / base <= BATCH_RATIO)} |"
+                   for events, ours, base in growth]
     (n, ours_n, base_n), (most, ours_most, base_most) = growth[0], growth[-1]
     stale = ", ".join(map(str, late.stale))
     return "\n".join([
@@ -242,7 +249,7 @@ def render_batch(days: list[batch.Day], late: batch.Late, command: str, date: st
         "| job | seconds | runs | ratio to baseline | target |", "|---|---|---|---|---|", *rows, "",
         "Growth: seconds per recompute of a day (at the first size the median above, then one run).", "",
         "| events in the day | batch layer s | baseline s | ratio | batch layer s per million events | "
-        "baseline s per million events |", "|---|---|---|---|---|---|", *growth_rows, "",
+        "baseline s per million events | target |", "|---|---|---|---|---|---|---|", *growth_rows, "",
         f"From {n:,} to {most:,} events ({most / n:.0f}x), the batch layer's time grew {ours_most / ours_n:.1f}x and "
         f"the baseline's {base_most / base_n:.1f}x.", "",
         f"Late event: {len(late.days)} days held ({late.days[0]} .. {late.days[-1]}), {late.events:,} events each; "
@@ -259,28 +266,26 @@ def render_batch(days: list[batch.Day], late: batch.Late, command: str, date: st
 def render_orchestrated(runs: orchestrated.Runs, command: str, date: str, minutes: float) -> str:
     warm = statistics.median(runs.warm_recompute)
     tasks = runs.backfill_tasks
-    growth = runs.engine_mb_after_backfill / runs.engine_mb_after_first - 1
-
-    def met(ok: bool) -> str:
-        return "met" if ok else "**not met**"
-
+    first, last = runs.engine_after_first, runs.engine_after_backfill
+    growth = last.idle / first.idle - 1
     return "\n".join([
         PARTS["orchestrated"], "", _doc(orchestrated), "",
         f"Days of {runs.events:,} events; {runs.runs_in_flight} runs in flight at most.", "",
         "| measure | seconds | against | target |", "|---|---|---|---|",
         f"| nightly run: task start to success | {runs.nightly_task:,.1f} | warm `recompute_day` "
         f"{warm:,.1f} s ({runs.nightly_task / warm:.1f}x; runs {', '.join(f'{t:,.1f}' for t in runs.warm_recompute)}) "
-        f"| ≤ 10: {met(runs.nightly_task <= 10)} |",
+        f"| ≤ 10: {_met(runs.nightly_task <= 10)} |",
         f"| nightly run: due to success | {runs.nightly_due_to_success:,.1f} | | ≤ 20: "
-        f"{met(runs.nightly_due_to_success <= 20)} |",
+        f"{_met(runs.nightly_due_to_success <= 20)} |",
         f"| backfill of {runs.backfill_days} days: `POST /api/v2/backfills` to every run's success | "
         f"{runs.backfill:,.1f} | {runs.backfill_days} x warm `recompute_day` one after another: "
-        f"{runs.backfill_days * warm:,.0f} s | ≤ 300: {met(runs.backfill <= 300)} |",
+        f"{runs.backfill_days * warm:,.0f} s | ≤ 300: {_met(runs.backfill <= 300)} |",
         f"| a backfill run's task: median (max) | {statistics.median(tasks):,.1f} ({max(tasks):,.1f}) | | |", "",
-        f"The engine's resident memory: {runs.engine_mb_after_first:,} MB after the nightly run, "
-        f"{runs.engine_mb_after_backfill:,} MB after the backfill ({growth:+.0%}; target within 20%: "
-        f"{met(abs(growth) <= 0.2)}). Its live heap: {runs.engine_live_mb_after_first:,.0f} MB after the nightly "
-        f"run, {runs.engine_live_mb_after_backfill:,.0f} MB after the backfill.", "",
+        "| engine memory, MB | after the nightly run | after the backfill | growth | target |", "|---|---|---|---|---|",
+        f"| resident, as the last run ends | {first.busy:,} | {last.busy:,} | {last.busy / first.busy - 1:+.0%} | |",
+        f"| resident, after {orchestrated.IDLE} s without work | {first.idle:,} | {last.idle:,} | {growth:+.0%} | "
+        f"within 20%: {_met(abs(growth) <= 0.2)} |",
+        f"| live heap | {first.live:,.0f} | {last.live:,.0f} | {last.live / first.live - 1:+.0%} | |", "",
         "### Run", "", *_run(command, date, minutes), "",
     ])
 

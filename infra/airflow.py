@@ -22,6 +22,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import requests
+import tenacity
 
 from infra import credentials, processes
 from infra.settings import REPO, Settings
@@ -300,8 +301,13 @@ class AirflowClient:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
         Several runs are in flight at once, sharing the batch engine (the DAG's own max_active_runs caps them).
-        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days)."""
-        return self.request("POST", "/backfills", json={
+        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days).
+
+        On SQLite, Airflow refuses a backfill whose creation met another writer (HTTP 503, "Database is
+        locked", nothing created): it is asked again, a few times, a second or two apart."""
+        create = tenacity.Retrying(retry=tenacity.retry_if_exception(lambda e: getattr(e, "status", None) == 503),
+                                   stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_random(1, 3), reraise=True)
+        return create(self.request, "POST", "/backfills", json={
             "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
             "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})
 

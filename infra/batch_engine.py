@@ -41,7 +41,7 @@ def command(settings: Settings) -> list[str]:
     pools.parent.mkdir(parents=True, exist_ok=True)
     pools.write_text(POOLS)
     master = settings.spark_master_url
-    conf = {**sparks.conf(settings, master), "spark.app.name": "lambdalake-batch-engine",
+    conf = {**sparks.conf(settings, master, sparks.ENGINE_JVM_OPTIONS), "spark.app.name": "lambdalake-batch-engine",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
             "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(pools)}
