@@ -73,8 +73,8 @@ def start(settings: Settings, timeout: float = 120) -> None:
 def warm_up(settings: Settings) -> None:
     """Rehearse a nightly run on the engine (:func:`_rehearsal`), so that the first task after a start
     finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths compiled
-    (a demo day's first recompute: 9 s cold, 4 s warm). It reads and writes none of the deployment's
-    data. The job runs in a process of its own: a Spark Connect session turns the whole process's
+    (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s warm).
+    It reads and writes none of the deployment's data. The job runs in a process of its own: a Spark Connect session turns the whole process's
     pyspark to Connect."""
     job = multiprocessing.get_context("spawn").Process(target=_rehearsal, args=(settings,), name="engine-warm-up")
     job.start()

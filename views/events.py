@@ -29,6 +29,7 @@ KAFKA_RECORD = T.StructType([
     T.StructField("timestampType", T.IntegerType()),
 ])
 
+
 def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tuple]:
     """Generated records (``domains.producer.Record``) as :data:`KAFKA_RECORD` tuples, as Spark's Kafka
     source would read them from ``topic``: spread over ``partitions`` by position, offsets in order."""
