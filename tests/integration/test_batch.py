@@ -12,10 +12,12 @@ from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
-from infra import storage
+from infra import delta, storage
+from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.integration.records import land
 from views import compile, get, timebase
+from views.tables import QUALITY_RESULTS
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +138,14 @@ def test_checks_in_a_block_update_the_data_docs_once_when_it_ends_even_by_a_fail
         quality.check_view(tables, strict, rows, events, start, end)
     docs = tables.data_docs.read_text()
     assert "raw_events" in docs and f"view.{VIEW.name}" in docs
+
+
+def test_the_benchs_unchecked_recompute_writes_the_rows_and_checks_nothing(spark, tables, landed):
+    """What `make bench` times as the batch layer without its quality checks and corrections."""
+    from bench.batch import unchecked
+
+    ensure_tables(spark, tables)  # the dimensions some views join (empty)
+    unchecked(spark, tables, DAY, DAY + timedelta(days=1))
+    expected = {k: v for k, v in oracle.views(landed)[VIEW.name].items() if DAY <= k[0] < DAY + timedelta(days=1)}
+    assert _batch_rows(spark, tables) == expected
+    assert not delta.exists(QUALITY_RESULTS.path(tables))  # no check recorded a result
