@@ -37,6 +37,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -127,15 +128,21 @@ class Suite:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+#: One thread of this process at a time uses a GX project.
+_in_process = threading.Lock()
+
+
 @contextmanager
 def _locked(home: str, exclusive: bool) -> Iterator[None]:
     """The deployment's GX project locked against the other processes using it (a backfill's runs in
     flight): exclusively while definitions or the Data Docs are written, shared while a checkpoint
     runs, since it reads the definitions (GX's file stores are not safe to write concurrently: a run
-    once found a suite gone while another process rewrote it). Never nested."""
+    once found a suite gone while another process rewrote it); and against this process's other
+    threads (a recompute's views checked at once) in any case, since a GX context is not thread-safe.
+    Never nested."""
     path = os.path.join(home, "gx", ".lambdalake.lock")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as handle:
+    with _in_process, open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield

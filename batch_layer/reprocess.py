@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from batch_layer import versions
-from batch_layer.recompute import checked_events, final_days, record_final, write_days
+from batch_layer.recompute import checked_events, each_view, final_days, record_final, write_days
 from infra import storage
 from infra.settings import Settings
 from views import all_views, tables, timebase
@@ -115,14 +115,14 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
     for target in targets.values():
         storage.delete(target)  # a failed attempt's
     try:
-        built = {}
         with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique):
-            for view in views:
-                built[view.name] = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name],
-                                              unique)
+            def build_view(view: View) -> dict[date, int]:
+                per_day = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name], unique)
                 if plan.copy_others:
                     _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
-        return built
+                return per_day
+
+            return each_view(build_view, views)
     except BaseException:
         discard(settings, plan)
         raise
