@@ -32,6 +32,10 @@ POOLS = """<?xml version="1.0"?>
 </allocations>
 """
 
+#: glibc's malloc arenas for the engine: two, not eight per core (its gRPC, Spark and Delta threads
+#: would each keep memory of their own that a long-lived process never gives back).
+MALLOC = {"MALLOC_ARENA_MAX": "2"}
+
 
 def command(settings: Settings) -> list[str]:
     """The server's ``spark-submit`` command line."""
@@ -41,7 +45,7 @@ def command(settings: Settings) -> list[str]:
     pools.parent.mkdir(parents=True, exist_ok=True)
     pools.write_text(POOLS)
     master = settings.spark_master_url
-    conf = {**sparks.conf(settings, master, sparks.ENGINE_JVM_OPTIONS), "spark.app.name": "lambdalake-batch-engine",
+    conf = {**sparks.conf(settings, master, engine=True), "spark.app.name": "lambdalake-batch-engine",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
             "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(pools)}
@@ -62,7 +66,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
         processes.require_free(settings.batch_engine_port, "batch engine")
         from infra.spark_cluster import spark_home
 
-        processes.start(settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home())},
+        processes.start(settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home()), **MALLOC},
                         cwd=settings.home)
     processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
                          alive=lambda: processes.running_pid(settings, NAME) is not None)
