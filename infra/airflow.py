@@ -196,21 +196,45 @@ def start(settings: Settings, timeout: float = 120) -> None:
         processes.require_free(settings.airflow_port, "Airflow API server")
     _prepare(settings)
     since = datetime.now(timezone.utc)
-    for name in SERVICES:
-        if not _running(settings, name):
-            processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
     deadline = time.monotonic() + timeout
     try:
-        for name in reversed(SERVICES):
-            processes.wait_until(lambda: _healthy(settings, name, since), max(deadline - time.monotonic(), 1),
-                                 f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
-                                 alive=lambda: _running(settings, name))
+        # The scheduler starts once the dag-processor has parsed the DAGs: each activates the DAGs' Assets
+        # when it first sees them, and on a new deployment their two inserts could race, which the
+        # scheduler did not survive (sqlite3.IntegrityError on asset_active, a scheduler a minute old).
+        _launch(settings, [n for n in SERVICES if n != SCHEDULER], since, deadline)
+        client = AirflowClient(settings)
+        processes.wait_until(lambda: _parsed(client), max(deadline - time.monotonic(), 1),
+                             "Airflow's DAG parsing", log=processes.log_file(settings, DAG_PROCESSOR),
+                             alive=lambda: _running(settings, DAG_PROCESSOR))
+        _launch(settings, [SCHEDULER], since, deadline)
         # the API server builds its Execution API, which each task calls first, on its first request
         # (2 s here): made now, not by the first task after a start
         requests.get(f"{settings.airflow_url}/execution/health", timeout=60).raise_for_status()
     except (processes.ServiceError, requests.RequestException):
         stop(settings)
         raise
+
+
+def _launch(settings: Settings, names: list[str], since: datetime, deadline: float) -> None:
+    """Start the services ``names`` that do not run and wait until each is healthy."""
+    for name in names:
+        if not _running(settings, name):
+            processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
+    for name in reversed(names):
+        processes.wait_until(lambda: _healthy(settings, name, since), max(deadline - time.monotonic(), 1),
+                             f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
+                             alive=lambda: _running(settings, name))
+
+
+def _parsed(client: AirflowClient) -> bool:
+    """Whether the dag-processor has parsed every lambdalake DAG (listed, or an import error of its file);
+    False while the API cannot say (SQLite busy)."""
+    try:
+        listed = {dag["dag_id"] for dag in client.request("GET", "/dags", params={"limit": 100})["dags"]}
+        broken = {Path(error["filename"]).stem for error in client.import_errors()}
+    except (AirflowError, requests.RequestException):
+        return False
+    return all(dag in listed or dag in broken for dag in DAG_IDS)
 
 
 def stop(settings: Settings) -> bool:
