@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from typing import TypeVar
@@ -64,23 +64,35 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
 
 @contextmanager
 def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
-                   end: datetime) -> Iterator[tuple[DataFrame, dict[str, int]]]:
-    """Check raw_events for ``[start, end)``, then give each event_id's first copy among the records
-    ``views`` read (:func:`read_records`), cached while the block runs, and the valid unique events of
-    each type in ``[start, end)`` (what the views' checks reconcile with); its checks update the Data
-    Docs once. The records are read and numbered (first copy or not) once, for both."""
+                   end: datetime) -> Iterator[tuple[DataFrame, dict[str, int], Future]]:
+    """Give each event_id's first copy among the records ``views`` read (:func:`read_records`), cached
+    while the block runs, the valid unique events of each type in ``[start, end)`` (what the views'
+    checks reconcile with), and the raw_events check of ``[start, end)``, which runs meanwhile: a
+    future whose result (the check's, or its :class:`quality.QualityFailed`) must be had before
+    anything is written. The block ends once the check has ended, and raises its failure; the checks
+    update the Data Docs once. The records are read and numbered (first copy or not) once, for all.
+
+    The views compute and check their rows while raw_events is checked (a demo day's nightly run:
+    about a second less); none writes before it passed."""
     with quality.docs_once(settings):
         records = quality.with_first_copy(read_records(spark, settings, views, start, end)).persist()
+        events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY).persist()
         try:
-            quality.check_raw_events(settings, records, start, end)
-            events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY).persist()
-            unique = quality.unique_events(events, start, end)  # fills the cache before the records go
+            unique = quality.unique_events(events, start, end)  # fills both caches
+            with ThreadPoolExecutor(1, thread_name_prefix="lambdalake-raw-events-check") as pool:
+                checked = pool.submit(contextvars.copy_context().run, _check_then_drop, settings, records, start, end)
+                yield events, unique, checked
+            checked.result()
         finally:
             records.unpersist()
-        try:
-            yield events, unique
-        finally:
             events.unpersist()
+
+
+def _check_then_drop(settings: Settings, records: DataFrame, start: datetime, end: datetime) -> quality.Check:
+    try:
+        return quality.check_raw_events(settings, records, start, end)
+    finally:
+        records.unpersist()
 
 
 def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[date, date]:
@@ -100,11 +112,13 @@ def each_view(work: Callable[[View], R], views: Iterable[View]) -> dict[str, R]:
 
 
 def write_days(spark: SparkSession, settings: Settings, view: View, events: DataFrame, start: datetime,
-               end: datetime, path: str, unique: dict[str, int] | None = None) -> dict[date, int]:
+               end: datetime, path: str, unique: dict[str, int] | None = None,
+               raw_events_checked: Future | None = None) -> dict[date, int]:
     """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (the first copies
     of at least the records it reads, :func:`read_records`) and replace those days in the table at
     ``path``; the rows per day. ``unique``: the valid unique events per type in ``[start, end)``
-    (counted from ``events`` if not given).
+    (counted from ``events`` if not given); ``raw_events_checked``: the raw_events check that must pass
+    before the rows are written (:func:`checked_events`).
 
     The rows pass the view's Great Expectations suite (batch_layer.quality) before they are written,
     and are compared with the speed layer's rows of those days (batch_layer.corrections).
@@ -115,6 +129,8 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
     rows = compile.batch(view, events, dimensions).where(window)
     checked = quality.check_view(settings, view, rows, events if unique is None else unique, start, end)
+    if raw_events_checked is not None:
+        raw_events_checked.result()
     delta.replace(checked.rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
     corrections.record(settings, view, checked.rows, start, end)
     return checked.per_day
@@ -139,7 +155,8 @@ def final_days(settings: Settings, view: str) -> set[date]:
 
 
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
-                   events: DataFrame | None = None, unique: dict[str, int] | None = None) -> dict:
+                   events: DataFrame | None = None, unique: dict[str, int] | None = None,
+                   raw_events_checked: Future | None = None) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
     (batch_layer.versions, :func:`write_days` from ``events``, by default read for this view alone) and
     record those days final."""
@@ -147,7 +164,7 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     path = versions.current(settings, view.name)
     if events is None:
         events = compile.first_copies(read_records(spark, settings, [view], start, end))
-    per_day = write_days(spark, settings, view, events, start, end, path, unique)
+    per_day = write_days(spark, settings, view, events, start, end, path, unique, raw_events_checked)
     versions.require_serving(settings, view.name, path)
     record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
     final = timebase.spans(final_days(settings, view.name))
@@ -157,11 +174,12 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
 
 
 def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> dict:
-    """Check raw_events for ``[start, end)`` (whole UTC days), then recompute every view for those
-    days on ``spark`` (a session of the batch engine, infra.spark.engine, or the process's own), a few
-    at once (:func:`each_view`; the Data Docs updated once for all the checks); the summary per view."""
+    """Recompute every view for the days of ``[start, end)`` (whole UTC days) on ``spark`` (a session
+    of the batch engine, infra.spark.engine, or the process's own), a few at once (:func:`each_view`),
+    each written once raw_events passed its check (:func:`checked_events`; the Data Docs updated once
+    for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     views = all_views(settings.view_modules, settings.domain)
-    with checked_events(spark, settings, views.values(), start, end) as (events, unique):
-        return each_view(lambda view: recompute_view(spark, settings, view, start, end, events, unique),
+    with checked_events(spark, settings, views.values(), start, end) as (events, unique, checked):
+        return each_view(lambda view: recompute_view(spark, settings, view, start, end, events, unique, checked),
                          views.values())

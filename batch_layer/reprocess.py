@@ -115,9 +115,10 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
     for target in targets.values():
         storage.delete(target)  # a failed attempt's
     try:
-        with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique):
+        with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique, checked):
             def build_view(view: View) -> dict[date, int]:
-                per_day = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name], unique)
+                per_day = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name], unique,
+                                     checked)
                 if plan.copy_others:
                     _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
                 return per_day

@@ -6,10 +6,11 @@ import dataclasses
 from datetime import datetime, timedelta
 
 import pytest
+from pyspark.sql import functions as F
 
 from batch_layer import quality, versions
 from batch_layer.quality import QualityFailed
-from batch_layer.recompute import recompute_view
+from batch_layer.recompute import recompute_day, recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import delta, storage
@@ -72,6 +73,22 @@ def test_without_raw_events_nothing_is_written(spark, tables):
     with pytest.raises(FileNotFoundError, match="no raw_events table"):
         recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert storage.delta_tables(tables.storage_root) == []
+
+
+def test_a_failing_raw_events_check_stops_every_view_before_it_writes(spark, tables, landed):
+    ensure_tables(spark, tables)  # the dimensions some views join (empty)
+    raw_events = tables.table("raw_events")
+    moved = (spark.read.format("delta").load(raw_events).where(F.col("event_date") == DAY.date()).limit(1)
+             .withColumn("event_time", F.col("event_time") + F.expr("INTERVAL 1 DAY")))  # out of its day's partition
+    moved.write.format("delta").mode("append").save(raw_events)
+    before = storage.delta_tables(tables.storage_root)
+    with pytest.raises(QualityFailed, match="raw_events for 2026-11-20..2026-11-20: failed every event is in its "
+                                            "own day's partition; nothing was written"):
+        recompute_day(spark, tables, DAY, DAY + timedelta(days=1))
+    created = [t for t in storage.delta_tables(tables.storage_root) if t not in before]
+    assert [t.rsplit("/", 1)[-1] for t in created] == ["quality_results"]  # no view's rows, no ledger
+    failed = [r for r in _results(spark, tables, "raw_events") if not r.success]
+    assert [r.expectation for r in failed] == ["every event is in its own day's partition"]
 
 
 def test_interval_must_be_whole_days(spark, tables, landed):
