@@ -87,17 +87,19 @@ def steady(settings: Settings, rate: float, seconds: float, seed: int) -> Steady
     began, lags, start_done, start_sent = time.monotonic(), [], _processed(settings), _sent(settings)
     procs = load(settings, rate, seconds, seed)
     while time.monotonic() - began < seconds:
-        report = services.speed_health(settings) or {}
-        lags.append((time.monotonic() - began, report.get("lag") or 0))
+        lag = (services.speed_health(settings) or {}).get("lag")
+        if lag is not None:  # no report, or the broker did not answer: unknown, not 0
+            lags.append((time.monotonic() - began, lag))
         time.sleep(1)
     elapsed = time.monotonic() - began
     processed = (_processed(settings) - start_done) / elapsed
     for proc in procs:
         proc.join()
     produced = (_sent(settings) - start_sent) / elapsed
-    second = statistics.median([lag for t, lag in lags if 60 <= t < 120] or [0])
-    last = statistics.median([lag for t, lag in lags if t >= seconds - 60] or [0])
-    return Steady(rate, produced >= 0.95 * rate and last <= second + 5 * rate, second, last, processed, produced)
+    second = statistics.median([lag for t, lag in lags if 60 <= t < 120] or [math.inf])
+    last = statistics.median([lag for t, lag in lags if t >= seconds - 60] or [math.inf])
+    kept_up = produced >= 0.95 * rate and math.isfinite(last) and last <= second + 5 * rate
+    return Steady(rate, kept_up, second, last, processed, produced)
 
 
 def _sent(settings: Settings) -> int:

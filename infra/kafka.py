@@ -151,12 +151,44 @@ def beginning_offsets(settings: Settings, topic: str) -> dict[int, int]:
 
 
 def _offsets(settings: Settings, topic: str, end: bool) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
+    offsets = Offsets(settings, topic)
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        found = consumer.end_offsets(partitions) if end else consumer.beginning_offsets(partitions)
-        return {tp.partition: offset for tp, offset in found.items()}
+        return {int(p): o for p, o in offsets.fetch(oldest=not end).items()}
     finally:
-        consumer.close()
+        offsets.close()
+
+
+class Offsets:
+    """A topic's offsets, read from the broker whenever asked through one consumer kept open (it joins
+    no group and reads no record)."""
+
+    def __init__(self, settings: Settings, topic: str, timeout_ms: int = 3000):
+        self._settings, self._topic, self._timeout_ms = settings, topic, timeout_ms
+        self._consumer = None
+
+    def fetch(self, oldest: bool = False) -> dict[str, int]:
+        """Each partition's end offset (the next to be written), or its oldest still held; raises
+        kafka-python's error if the broker does not answer in time."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(bootstrap_servers=self._settings.kafka_bootstrap,
+                                           request_timeout_ms=self._timeout_ms + 1000)
+        partitions = [TopicPartition(self._topic, p) for p in sorted(self._consumer.partitions_for_topic(self._topic) or ())]
+        found = (self._consumer.beginning_offsets if oldest else self._consumer.end_offsets)(partitions, self._timeout_ms)
+        return {str(tp.partition): offset for tp, offset in found.items()}
+
+    def read(self, oldest: bool = False) -> dict[str, int] | None:
+        """:meth:`fetch`, or None if the broker does not answer (the consumer is opened anew next time)."""
+        from kafka.errors import KafkaError
+
+        try:
+            return self.fetch(oldest)
+        except KafkaError:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

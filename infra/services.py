@@ -88,10 +88,10 @@ def speed_problem(settings: Settings, now: float | None = None) -> str | None:
         return f"the speed layer has not reported its health for over {stale_after}s"
     if report["error"]:
         return f"the speed layer failed: {report['error']}"
-    landing = report["queries"].get("landing") or {}
-    progress = landing.get("last_progress")
-    if report["lag"] and (progress is None or now - processes.parse_utc(progress) > stale_after):
-        return f"the speed layer is stalled: lag {report['lag']} and no progress since {progress}"
+    progressed = report.get("progressed_at")
+    if report["lag"] and progressed and now - processes.parse_utc(progressed) > report["stall_after_seconds"]:
+        return (f"the speed layer is stalled: lag {report['lag']} and no micro-batch finished since {progressed} "
+                f"(over {report['stall_after_seconds']:.0f}s)")
     return None
 
 
@@ -169,12 +169,12 @@ def status(settings: Settings) -> dict:
     """What runs where, and whether it is healthy."""
     kafka_pid = processes.running_pid(settings, kafka.NAME)
     speed_pid = processes.running_pid(settings, SPEED)
-    report = speed_health(settings)
+    report, problem = speed_health(settings), speed_problem(settings)
     return {
         "home": str(settings.home),
         "kafka": {"pid": kafka_pid, "address": settings.kafka_bootstrap,
                   "healthy": kafka_pid is not None and kafka.healthy(settings)},
-        "speed_layer": {"pid": speed_pid, "healthy": bool(report and not report["error"]),
+        "speed_layer": {"pid": speed_pid, "healthy": problem is None, "problem": problem,
                         "log": str(processes.log_file(settings, SPEED)), "health": report},
         "batch_engine": batch_engine.status(settings),
         "airflow": airflow.status(settings),

@@ -35,6 +35,9 @@ class Settings:
     #: back to back and size themselves), and the most Kafka records one may take (a memory guard).
     trigger_seconds: float = 0.5
     max_offsets_per_trigger: int = 200_000
+    #: The speed layer is stalled (and the watchdog restarts it) when input waits and no micro-batch
+    #: has finished for 10 times its usual micro-batch, or this many seconds if longer.
+    speed_stall_seconds: float = 120
     #: How often the speed layer looks for dimension changes (the products changelog).
     dimension_trigger_seconds: float = 5
     #: How late an event may come and still be counted by the speed views.

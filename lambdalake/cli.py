@@ -231,7 +231,7 @@ def _status(settings, as_json: bool) -> None:
     print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}  pid {kafka['pid']}")
     speed, health = report["speed_layer"], report["speed_layer"]["health"] or {}
     print(f"speed layer  {'healthy' if speed['healthy'] else 'DOWN':8} pid {speed['pid']}  lag {health.get('lag')}"
-          f"  watermark {health.get('watermark')}  {health.get('error') or ''}")
+          f"  watermark {health.get('watermark')}  {speed['problem'] or ''}")
     for name, query in (health.get("queries") or {}).items():
         print(f"  query {name}: batch {query['batch_id']}, last progress {query['last_progress']}, "
               f"{query['processed_rows_per_second'] or 0:,.0f} records/s")

@@ -103,7 +103,9 @@ def health(settings: Settings) -> dict:
         }
     return {
         "speed_layer": {"running": bool(speed), "lag": speed.get("lag"), "watermark": speed.get("watermark"),
-                        "error": speed.get("error"), "last_micro_batch": speed.get("steps") or None},
+                        "error": speed.get("error"), "problem": services.speed_problem(settings),
+                        "last_micro_batch_finished": speed.get("progressed_at"),
+                        "last_micro_batch": speed.get("steps") or None},
         "batch_engine": {key: value for key, value in batch_engine.status(settings).items() if key != "pid"},
         "speed_rows_written": written,
         "speed_rows_age_seconds": None if written is None else round(time.time() - written.timestamp(), 3),

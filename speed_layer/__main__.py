@@ -29,14 +29,15 @@ def main() -> int:
     others = [queries.start_dimension(spark, settings, d) for d in domain(settings.domain).dimensions]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    error = None
+    error, monitor = None, health.Monitor(settings, landing, fold, others, start[1])
     while not stopping and error is None:
         failed = [q for q in [landing, *others] if not q.isActive]
         if failed:
             error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
             print(*(q.exception() for q in failed), f"speed layer: {error}", sep="\n", file=sys.stderr)
-        health.write(settings, health.report(landing, fold, others, error))
+        health.write(settings, monitor.report(error))
         time.sleep(1)
+    monitor.close()
     for query in [landing, *others]:
         query.stop()
     return 1 if error else 0

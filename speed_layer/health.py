@@ -1,8 +1,10 @@
-"""The speed layer's health: one typed record from Spark's own progress, written to one JSON file.
+"""The speed layer's health: one typed record from Spark's own progress and the true Kafka lag
+(speed_layer.lag), written to one JSON file every second.
 
-``status``, the watchdog DAG, ``wait_for_landing`` and the benchmark read it. Kafka lag comes from the
-source's own offsets in each progress (latest offset minus the offset processed), so nothing opens a
-Kafka consumer to find it.
+``status``, ``/health``, the watchdog DAG, ``wait_for_landing`` and the benchmark read it. It says when
+the landing query last finished a micro-batch and after how long without one, while input waits, the
+speed layer counts as stalled (:data:`STALL_FACTOR` times its usual micro-batch, at least the setting
+``speed_stall_seconds``): a micro-batch that hangs (a blocked sink) is found however small the backlog.
 """
 
 from __future__ import annotations
@@ -10,12 +12,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from pyspark.sql.streaming import StreamingQuery
 
+from infra import processes
 from infra.settings import Settings
+from speed_layer.lag import Meter
+
+#: A micro-batch that runs this many times the median of the recent ones (with input) is stalled.
+STALL_FACTOR = 10
+#: The recent micro-batches (with input) whose median that is.
+RECENT = 20
 
 
 @dataclass
@@ -35,10 +47,15 @@ class Health:
     pid: int
     updated_at: str
     error: str | None
-    #: Kafka records of the events topic not yet processed (None before the first progress).
+    #: Kafka records of the events topic not yet processed: its end offsets now minus the offsets
+    #: processed (None if the broker does not answer).
     lag: int | None = None
-    latest_offsets: dict[str, int] = field(default_factory=dict)
+    end_offsets: dict[str, int] = field(default_factory=dict)
     processed_offsets: dict[str, int] = field(default_factory=dict)
+    #: When the landing query last finished a micro-batch (or, before its first, started).
+    progressed_at: str | None = None
+    #: Seconds without a finished micro-batch, while input waits, after which the speed layer is stalled.
+    stall_after_seconds: float | None = None
     watermark: str | None = None
     #: Records, dead letters and late events since the speed layer started.
     totals: dict[str, int] = field(default_factory=dict)
@@ -52,13 +69,9 @@ def _progress(query: StreamingQuery) -> dict:
     return json.loads(progress.json) if progress else {}
 
 
-def _offsets(progress: dict, key: str) -> dict[str, int]:
-    """A Kafka source's offsets (``endOffset`` processed, ``latestOffset`` available) by partition."""
-    for source in progress.get("sources", []):
-        offsets = source.get(key)
-        if isinstance(offsets, dict):
-            return {str(p): int(o) for topic in offsets.values() for p, o in topic.items()}
-    return {}
+def _finished(progress: dict) -> float:
+    """When a progress report's micro-batch ended, seconds since the epoch."""
+    return processes.parse_utc(progress["timestamp"]) + (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
 
 
 def _query(query: StreamingQuery, progress: dict) -> QueryHealth:
@@ -69,17 +82,41 @@ def _query(query: StreamingQuery, progress: dict) -> QueryHealth:
         durations_ms=progress.get("durationMs") or {})
 
 
-def report(events: StreamingQuery, fold, others: list[StreamingQuery], error: str | None) -> Health:
-    """The health of the events query (``fold`` is its :class:`~speed_layer.fold.Fold`) and the others."""
-    progress = {q.name: _progress(q) for q in [events, *others]}
-    processed, latest = _offsets(progress[events.name], "endOffset"), _offsets(progress[events.name], "latestOffset")
-    return Health(
-        pid=os.getpid(), updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), error=error,
-        lag=sum(o - processed.get(p, 0) for p, o in latest.items()) if latest else None,
-        latest_offsets=latest, processed_offsets=processed,
-        watermark=fold.state.watermark.isoformat() if fold.state.watermark else None,
-        totals=dict(fold.totals), steps=dict(fold.timings),
-        queries={q.name: _query(q, progress[q.name]) for q in [events, *others]})
+class Monitor:
+    """The health of the speed layer's queries: the events query (``fold`` is its
+    :class:`~speed_layer.fold.Fold`, started at ``starting_offsets``) and the others, with the true lag
+    (:class:`~speed_layer.lag.Meter`) and the durations of its recent micro-batches with input, learnt
+    from its progress reports as they come."""
+
+    def __init__(self, settings: Settings, events: StreamingQuery, fold, others: list[StreamingQuery],
+                 starting_offsets: str):
+        self._settings, self._events, self._fold, self._others = settings, events, fold, others
+        self._meter, self._started = Meter(settings, starting_offsets), time.time()
+        self._seen: str | None = None
+        self._recent: deque[float] = deque(maxlen=RECENT)
+
+    def report(self, error: str | None) -> Health:
+        """The health now (``error``: why the speed layer stops, if it does)."""
+        queries = [self._events, *self._others]
+        progress = {q.name: _progress(q) for q in queries}
+        landing = progress[self._events.name]
+        if landing and landing["timestamp"] != self._seen:
+            self._seen = landing["timestamp"]
+            if landing.get("numInputRows"):
+                self._recent.append(landing["durationMs"].get("triggerExecution", 0) / 1000)
+        lag, floor = self._meter.measure(), self._settings.speed_stall_seconds
+        return Health(
+            pid=os.getpid(), updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), error=error,
+            lag=lag.records, end_offsets=lag.end_offsets, processed_offsets=lag.processed_offsets,
+            progressed_at=datetime.fromtimestamp(_finished(landing) if landing else self._started,
+                                                 timezone.utc).isoformat(),
+            stall_after_seconds=max(floor, STALL_FACTOR * statistics.median(self._recent)) if self._recent else floor,
+            watermark=self._fold.state.watermark.isoformat() if self._fold.state.watermark else None,
+            totals=dict(self._fold.totals), steps=dict(self._fold.timings),
+            queries={q.name: _query(q, progress[q.name]) for q in queries})
+
+    def close(self) -> None:
+        self._meter.close()
 
 
 def write(settings: Settings, health: Health | dict) -> None:

@@ -29,7 +29,8 @@ class CheckpointLost(RuntimeError):
     """The landing checkpoint is missing but records were landed before."""
 
 
-def _checkpoint(settings: Settings) -> Path:
+def checkpoint(settings: Settings) -> Path:
+    """The landing query's checkpoint."""
     return settings.checkpoints / tables.RAW_EVENTS.checkpoint
 
 
@@ -64,15 +65,15 @@ def app_id(checkpoint: Path) -> tuple[str, bool]:
 def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str]:
     """The landing query's (txnAppId, startingOffsets JSON): each partition resumes after its highest
     landed offset, or at the oldest Kafka still holds if that is later."""
-    checkpoint = _checkpoint(settings)
-    app, fresh = app_id(checkpoint)
+    landing = checkpoint(settings)
+    app, fresh = app_id(landing)
     if not fresh:
         return app, "earliest"
     landed = landed_offsets(settings)
     if landed and not resume_from_tables:
         where = ", ".join(f"{settings.topic}-{p} up to offset {o}" for p, o in sorted(landed.items()))
         raise CheckpointLost(
-            f"the landing checkpoint {checkpoint} is missing, but records were landed already ({where}); "
+            f"the landing checkpoint {landing} is missing, but records were landed already ({where}); "
             f"restarting from Kafka's earliest offsets would land them twice. Ways out: restore the "
             f"checkpoint folder, or run `lambdalake speed start --resume-from-tables` to go on after the "
             f"highest offset landed in each partition")

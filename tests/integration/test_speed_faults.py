@@ -20,6 +20,7 @@ from domains.clickstream import generator
 from domains.producer import Record
 from domains.sample import Mix
 from infra import kafka, processes, services
+from infra import object_store as object_stores
 from infra.settings import load
 from serving_layer import engine
 from tests import oracle
@@ -41,6 +42,16 @@ def home(tmp_path, broker):
     kafka.ensure_topics(settings)
     yield settings
     services.stop_speed(settings)
+
+
+@pytest.fixture
+def in_object_store(home, deployment, object_store):
+    """``home`` with its tables in the object store (S3Proxy), whose process the test may pause: the
+    speed layer is stalled after 15 s without a finished micro-batch while input waits."""
+    settings = home.save(storage=f"{object_store}/{home.home.name}", speed_stall_seconds=15)
+    store = processes.running_pid(deployment, object_stores.NAME)
+    yield settings, store
+    os.kill(store, signal.SIGCONT)
 
 
 def _recent(count: int, seed: int, mix: Mix) -> list[Record]:
@@ -217,3 +228,27 @@ def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_w
     assert "Kafka no longer holds offsets the speed layer still needs" in services.last_speed_health(home)["error"]
     landed, _, dead, _ = _landed(home)
     assert (landed, dead) == (300, 0)
+
+
+def test_a_hung_micro_batch_shows_its_true_lag_and_the_watchdog_restarts_it(in_object_store):
+    settings, store = in_object_store
+    records = _recent(1_000, seed=24, mix=Mix(late=0, duplicate=0, malformed=0))
+    services.start_speed(settings)
+    for start in range(0, 600, 100):  # a few micro-batches: the speed layer learns its usual duration
+        producer.send(settings, records[start:start + 100])
+        services.wait_for_landing(settings)
+    assert services.speed_health(settings)["lag"] == 0
+    os.kill(store, signal.SIGSTOP)  # every write to the tables now blocks: the next micro-batch hangs
+    producer.send(settings, records[600:])
+    backlog = len(records) - 600  # far below max_offsets_per_trigger: one micro-batch takes it all
+    processes.poll(lambda: services.speed_health(settings)["lag"] == backlog or None, 10, 0.5,
+                   lambda: AssertionError(f"lag {services.speed_health(settings)['lag']}, not {backlog}"))
+    deadline = time.monotonic() + 120
+    while (problem := services.speed_problem(settings)) is None and time.monotonic() < deadline:
+        assert services.speed_health(settings)["lag"] == backlog  # the hung micro-batch's are not processed
+        time.sleep(1)
+    assert problem is not None and problem.startswith(f"the speed layer is stalled: lag {backlog} ")
+    threading.Timer(5, os.kill, (store, signal.SIGCONT)).start()  # the store answers again as it restarts
+    assert services.watch_speed(settings).startswith(f"restarted: the speed layer is stalled: lag {backlog} ")
+    _assert_exactly_once(settings, records)
+    assert services.speed_problem(settings) is None
