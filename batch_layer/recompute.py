@@ -65,34 +65,27 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
 @contextmanager
 def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
                    end: datetime) -> Iterator[tuple[DataFrame, dict[str, int], Future]]:
-    """Give each event_id's first copy among the records ``views`` read (:func:`read_records`), cached
-    while the block runs, the valid unique events of each type in ``[start, end)`` (what the views'
-    checks reconcile with), and the raw_events check of ``[start, end)``, which runs meanwhile: a
-    future whose result (the check's, or its :class:`quality.QualityFailed`) must be had before
-    anything is written. The block ends once the check has ended, and raises its failure; the checks
-    update the Data Docs once. The records are read and numbered (first copy or not) once, for all.
+    """Give each event_id's first copy among the records ``views`` read (:func:`read_records`), the
+    valid unique events of each type in ``[start, end)`` (what the views' checks reconcile with), and
+    the raw_events check of ``[start, end)``, which runs meanwhile: a future whose result (the check's,
+    or its :class:`quality.QualityFailed`) must be had before anything is written. The block ends once
+    the check has ended, and raises its failure; the checks update the Data Docs once. The records are
+    read, numbered (first copy or not) and cached once, for all: the first copies are a filter of them.
 
     The views compute and check their rows while raw_events is checked (a demo day's nightly run:
     about a second less); none writes before it passed."""
     with quality.docs_once(settings):
         records = quality.with_first_copy(read_records(spark, settings, views, start, end)).persist()
-        events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY).persist()
         try:
-            unique = quality.unique_events(events, start, end)  # fills both caches
+            events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY)
+            unique = quality.unique_events(events, start, end)  # fills the cache
             with ThreadPoolExecutor(1, thread_name_prefix="lambdalake-raw-events-check") as pool:
-                checked = pool.submit(contextvars.copy_context().run, _check_then_drop, settings, records, start, end)
+                checked = pool.submit(contextvars.copy_context().run, quality.check_raw_events, settings, records,
+                                      start, end)
                 yield events, unique, checked
             checked.result()
         finally:
             records.unpersist()
-            events.unpersist()
-
-
-def _check_then_drop(settings: Settings, records: DataFrame, start: datetime, end: datetime) -> quality.Check:
-    try:
-        return quality.check_raw_events(settings, records, start, end)
-    finally:
-        records.unpersist()
 
 
 def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[date, date]:

@@ -90,10 +90,11 @@ class Fold:
     def _fold(self, parsed: DataFrame, batch_id: int, grown: Grown,
               steps: dict[str, float]) -> late_events.Tally:
         """Land ``parsed`` and fold its new events into every view (``grown``: the open sessions after)."""
-        finals = late_events.final_through(self.settings, self.views)
+        with _timed(steps, "ledger"):
+            finals = late_events.final_through(self.settings, self.views)
         with _timed(steps, "parse"):
             counted = late_events.tally(parsed.persist())
-        late = late_events.count(counted, self.views, finals, batch_id)
+            late = late_events.count(counted, self.views, finals, batch_id)
         small, few_dead = counted.bytes <= self.driver_bytes, counted.dead_bytes <= self.driver_bytes
         side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, few_dead) if counted.dead else None,
                 (late, tables.LATE_EVENTS, True) if late.num_rows else None]
@@ -153,17 +154,17 @@ class Fold:
                   steps: dict[str, float]) -> DataFrame:
         """Every view's partials of the new events as rows of the partials table (computed as the
         table is written; with ``profile``, each view computed apart first, to time it)."""
-        dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
-                      for view in self.views for name in compile.dimension_tables(view)}
-        partials = []
-        for view in self.views:
-            rows = compile.enrich(view, self._rows(view, new, grown), dimensions, as_of=False)
-            packed = compile.packed(view, compile.aggregate(view, rows, exact=False))
-            if self.profile:
-                with _timed(steps, f"view {view.name}"):
-                    packed = state.checkpoint(packed)
-            partials.append(packed)
-        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials)
+        with _timed(steps, "plan views"):
+            dimensions = {name: spark.read.format("delta").load(self.settings.table(name))
+                          for view in self.views for name in compile.dimension_tables(view)}
+            partials = {view.name: compile.packed(view, compile.aggregate(view, compile.enrich(
+                view, self._rows(view, new, grown), dimensions, as_of=False), exact=False)) for view in self.views}
+        if self.profile:
+            for name, packed in partials.items():
+                with _timed(steps, f"view {name}"):
+                    partials[name] = state.checkpoint(packed)
+        with _timed(steps, "plan views"):
+            return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), partials.values())
 
     def _new(self, fresh: DataFrame) -> DataFrame:
         """The first copy of each event of ``fresh`` (valid, not late) that was not seen before."""
@@ -213,6 +214,7 @@ class Fold:
 
 @contextmanager
 def _timed(steps: dict[str, float], step: str):
+    """Add the block's seconds to ``steps[step]``."""
     began = time.perf_counter()
     yield
-    steps[step] = round(time.perf_counter() - began, 3)
+    steps[step] = round(steps.get(step, 0) + time.perf_counter() - began, 3)
