@@ -57,11 +57,9 @@ class Meter:
         """Where the query starts in each of ``partitions`` (before its first commit): the offset it
         was given, or the oldest Kafka still holds."""
         given = {} if self._starting == "earliest" else json.loads(self._starting)[self._settings.topic]
-        if all(int(given.get(p, resume.EARLIEST)) != resume.EARLIEST for p in partitions):
-            return {p: int(given[p]) for p in partitions}
-        oldest = self._broker.read(oldest=True) or {}
-        return {p: int(given.get(p, resume.EARLIEST)) if int(given.get(p, resume.EARLIEST)) != resume.EARLIEST
-                else oldest.get(p, 0) for p in partitions}
+        offsets = {p: int(given.get(p, resume.EARLIEST)) for p in partitions}
+        oldest = (self._broker.read(oldest=True) or {}) if resume.EARLIEST in offsets.values() else {}
+        return {p: oldest.get(p, 0) if offset == resume.EARLIEST else offset for p, offset in offsets.items()}
 
     def close(self) -> None:
         self._broker.close()
