@@ -5,7 +5,8 @@ page views of a fixed pool of users stamped with the current time, so the produc
 bottleneck and the steady stream opens no new sessions and no new users once it runs.
 
 - **Steady rate:** at each rate tried, the load runs for ``seconds``; the lag (Kafka records not yet
-  processed, from the speed layer's health report) is sampled every second. The rate is kept up with
+  processed: the broker's end offsets minus the speed layer's last committed offsets, from its health
+  report) is sampled every second; a second without a reading counts as none, not as 0. The rate is kept up with
   when the producers reached it (at least 95% of it, counted from Kafka's end offsets over the run)
   and the median lag of the last minute is at most that of the second minute plus five seconds of
   input.
