@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from bench import batch, live, orchestrated, serving, throughput
+from bench import bare_stream, batch, live, orchestrated, parse, serving, throughput
 from domains import producer
 from domains.clickstream import generator
 from domains.sample import counts
@@ -35,6 +35,10 @@ BATCH_RATIO = 1.2
 #: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
 #: that is not kept up with.
 STEADY_SHARES = (0.5, 0.8, 1.0, 1.25)
+#: Timed runs of each parse in the parse micro-benchmark.
+PARSE_RUNS = 5
+#: The rate of the freshness load that the speed layer's freshness targets name.
+FRESH_RATE = 1_000
 #: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
 PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving", "batch": "## Batch",
          "orchestrated": "## Airflow: a nightly run and a backfill"}
@@ -57,8 +61,10 @@ def _parser() -> Parser:
     parser = Parser(prog="python -m bench", description=__doc__)
     parser.add_argument("--events", type=_count, default=1_000_000, help="events in the backlog (default 1000000)")
     parser.add_argument("--runs", type=_count, default=3, help="drains of the backlog per job (default 3)")
-    parser.add_argument("--steady-seconds", type=_count, default=300, help="seconds per steady rate tried (default 300)")
-    parser.add_argument("--markers", type=_count, default=30, help="freshness markers (default 30)")
+    parser.add_argument("--steady-seconds", type=_count, default=180, help="seconds per steady rate tried (default 180)")
+    parser.add_argument("--markers", type=_count, default=100, help="freshness markers per run (default 100)")
+    parser.add_argument("--parse-records", type=_count, default=500_000,
+                        help="records of the parse micro-benchmark (default 500000)")
     parser.add_argument("--serving-events", type=_count, default=1_000_000,
                         help="events over the serving part's month (default 1000000)")
     parser.add_argument("--batch-events", type=_count, default=1_000_000,
@@ -120,43 +126,53 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
     return drains
 
 
-def _live(root: Path, rates: list[float], seconds: int, markers: int, say):
+def _live(root: Path, rates: list[float], seconds: int, markers: int, say) -> tuple[list[live.Fresh], list]:
+    """Freshness of the bare stream and of the speed layer at 1,000 events/s, the steady rates, and
+    freshness at half the highest steady rate kept up with."""
     from infra import services
 
+    bare = _deployment(root, "bare-live", topic_prefix="bare-live-")
+    kafka.ensure_topics(bare)
+    say(f"freshness of the bare stream: {markers} markers over a steady {FRESH_RATE:,} events/s ...")
+    with bare_stream.running(bare):
+        fresh = [live.freshness(bare, markers, FRESH_RATE, relations=("raw_events",))]
     settings = _deployment(root, "live", topic_prefix="live-")
     kafka.ensure_topics(settings)
     services.start_speed(settings)
     try:
-        say(f"freshness: {markers} markers over a steady 1,000 events/s ...")
-        fresh = live.freshness(settings, markers)
+        say(f"freshness of the speed layer: {markers} markers over a steady {FRESH_RATE:,} events/s ...")
+        fresh.append(live.freshness(settings, markers, FRESH_RATE))
         steady = []
         for i, rate in enumerate(rates):
             say(f"steady: {rate:,.0f} events/s for {seconds} s ...")
             steady.append(live.steady(settings, rate, seconds, seed=10 + i))
-            say(f"  kept up: {steady[-1].kept_up} (median lag {steady[-1].lag_last_minute:,.0f} in the last minute)")
+            say(f"  kept up: {steady[-1].kept_up} (processed {steady[-1].processed_per_second:,.0f} of "
+                f"{steady[-1].produced_per_second:,.0f} events/s, lag at the end {steady[-1].lag_at_end:,.0f})")
             if not steady[-1].kept_up:
                 break
+        kept = [s.rate for s in steady if s.kept_up]
+        if kept:
+            say(f"freshness of the speed layer: {markers} markers over a steady {max(kept) / 2:,.0f} events/s ...")
+            fresh.append(live.freshness(settings, markers, max(kept) / 2, first=markers))
         return fresh, steady
     finally:
         services.stop_speed(settings)
 
 
-def render(total: int, drains, fresh, steady, command: str, date: str, minutes: float) -> str:
+def render(total: int, drains, fresh: list[live.Fresh], steady: list[live.Steady], parsed: dict[str, list[float]],
+           command: str, date: str, minutes: float) -> str:
     baseline = throughput.median_rate(total, drains[JOBS[0]])
+    ratios = {job: throughput.median_rate(total, drains[job]) / baseline for job in JOBS}
     rows = [f"| {job} | {throughput.median_rate(total, drains[job]):,.0f} | "
-            f"{', '.join(f'{total / d.seconds:,.0f}' for d in drains[job])} | "
-            f"{throughput.median_rate(total, drains[job]) / baseline:.2f} |" for job in JOBS]
+            f"{', '.join(f'{total / d.seconds:,.0f}' for d in drains[job])} | {ratios[job]:.2f} |" for job in JOBS]
     full, [profiled] = drains[JOBS[2]], drains["profiled"]
-    memory = " · ".join(f"run {i + 1}: {' → '.join(f'{m:,.0f}' for m in d.memory_mb)} MB" for i, d in enumerate(full))
+    memory = " · ".join(f"run {i + 1}: {' → '.join(f'{m:,.0f}' for m in d.memory_mb.values())} MB"
+                        for i, d in enumerate(full))
     steps = profiled.steps
     spent = sum(steps.values())
     step_rows = [f"| {step} | {seconds:,.1f} | {seconds / spent:.0%} |"
                  for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1])]
-    fresh_rows = [f"| {view} | {_p(times, 0.5)} | {_p(times, 0.95)} | {_p(times, 0.99)} | "
-                  f"{sum(t == float('inf') for t in times)} |" for view, times in sorted(fresh.items())]
-    steady_rows = [f"| {s.rate:,.0f} | {s.produced_per_second:,.0f} | {s.processed_per_second:,.0f} | "
-                   f"{s.lag_second_minute:,.0f} | "
-                   f"{s.lag_last_minute:,.0f} | {'yes' if s.kept_up else 'no'} |" for s in steady]
+    drain_rate = throughput.median_rate(total, full)
     return "\n".join([
         PARTS["speed"], "", _doc(throughput), "",
         f"Backlog: {total:,} records. Events/s: median of {len(full)} drains (each drain listed).", "",
@@ -174,17 +190,85 @@ def render(total: int, drains, fresh, steady, command: str, date: str, minutes: 
         f"from the health report's steps of each micro-batch seen ({profiled.batches} micro-batches). The "
         f"dead_letters, late_events and speed_partials commits overlap in time.",
         "", "| step | seconds | share |", "|---|---|---|", *step_rows, "",
-        "## Steady rate", "", _doc(live).split("- **Freshness:**")[0].split("- **Steady rate:**")[0].strip(), "",
+        *_render_parse(parsed), "",
+        "## Steady rate", "", _doc(live).split("- **Steady rate:**")[0].strip(), "",
         "- **Steady rate:**" + _doc(live).split("- **Steady rate:**")[1].split("- **Freshness:**")[0].rstrip(), "",
         f"Rates tried: {', '.join(f'{share:g}' for share in STEADY_SHARES)} times the median drain rate with every "
-        f"view ({throughput.median_rate(total, full):,.0f} events/s), in this order, up to the first not kept up with.",
-        "", "| input events/s | produced events/s | processed events/s | median lag, 2nd minute | "
-        "median lag, last minute | kept up |", "|---|---|---|---|---|---|", *steady_rows, "",
+        f"view ({drain_rate:,.0f} events/s), in this order, up to the first not kept up with.",
+        "", "| input events/s | produced events/s | processed events/s | processed / produced | lag at the end | "
+        "kept up |", "|---|---|---|---|---|---|",
+        *(f"| {s.rate:,.0f} | {s.produced_per_second:,.0f} | {s.processed_per_second:,.0f} | "
+          f"{s.processed_per_second / s.produced_per_second:.1%} | {s.lag_at_end:,.0f} "
+          f"({s.lag_at_end / s.rate:,.1f} s of input) | {'yes' if s.kept_up else 'no'} |" for s in steady), "",
         _highest(steady), "",
-        "## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",
-        "| view | p50 s | p95 s | p99 s | not seen in 30 s |", "|---|---|---|---|---|", *fresh_rows, "",
+        *_render_freshness(fresh), "",
+        *_render_targets(ratios, full, fresh, steady, drain_rate), "",
         "## Run", "", *_run(command, date, minutes), "",
     ])
+
+
+def _render_parse(parsed: dict[str, list[float]]) -> list[str]:
+    median = {name: statistics.median(runs) for name, runs in parsed.items()}
+    base = median[parse.BASELINE]
+    return ["### The parse alone", "", _doc(parse), "",
+            "| parse | seconds, median | runs | ratio to baseline |", "|---|---|---|---|",
+            *(f"| {name} | {median[name]:,.2f} | {', '.join(f'{r:,.2f}' for r in runs)} | {median[name] / base:.2f} |"
+              for name, runs in parsed.items())]
+
+
+def _views_worst(run: live.Fresh, share: float) -> float:
+    """The slowest view's percentile ``share`` of a freshness run (raw_events left out)."""
+    return max(live.percentile(times, share) for name, times in run.seconds.items() if name != "raw_events")
+
+
+def _render_freshness(fresh: list[live.Fresh]) -> list[str]:
+    floor, *speed = fresh
+    titles = [f"bare stream, {floor.rate:,.0f} events/s", *(f"speed layer, {run.rate:,.0f} events/s" for run in speed)]
+    rows = [f"| {title} | {name} | {len(times)} | {_p(times, 0.5)} | {_p(times, 0.95)} | {_p(times, 0.99)} | "
+            f"{sum(t == float('inf') for t in times)} |"
+            for title, run in zip(titles, fresh) for name, times in run.seconds.items()]
+    batches = speed[0].batches
+    records, seconds = [r for r, _ in batches], [s for _, s in batches]
+    return ["## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",
+            "| run | polled | markers | p50 s | p95 s | p99 s | not seen in 30 s |", "|---|---|---|---|---|---|---|",
+            *rows, "",
+            f"The speed layer's micro-batches with input during its markers at {speed[0].rate:,.0f} events/s: "
+            f"{len(batches)}, of {statistics.median(records):,.0f} records (median; most {max(records):,}), "
+            f"each taking {statistics.median(seconds):.2f} s (median; p95 {live.percentile(seconds, 0.95):.2f} s, "
+            f"from its start to its end in Spark's progress reports)." if batches else
+            "The speed layer reported no micro-batch with input during its markers."]
+
+
+def _render_targets(ratios: dict[str, float], full: list[throughput.Drain], fresh: list[live.Fresh],
+                    steady: list[live.Steady], drain_rate: float) -> list[str]:
+    floor, at_rate, *at_half = fresh
+    p50, p99 = _views_worst(at_rate, 0.5), _views_worst(at_rate, 0.99)
+    base50, base99 = (live.percentile(floor.seconds["raw_events"], share) for share in (0.5, 0.99))
+    small = [s for r, s in at_rate.batches if r <= 1000]
+    small_median = statistics.median(small) if small else float("inf")
+    kept = max((s.rate for s in steady if s.kept_up), default=0)
+    growth = max(d.memory_mb[4] / d.memory_mb[min(q for q in d.memory_mb if q >= 2)] - 1 for d in full)
+    half = _views_worst(at_half[0], 0.99) if at_half else float("inf")
+    targets = [
+        (f"freshness p50 at {FRESH_RATE:,} events/s, slowest view", f"{p50:.2f} s", "≤ 1.0 s", p50 <= 1.0),
+        (f"freshness p99 at {FRESH_RATE:,} events/s, slowest view", f"{p99:.2f} s", "≤ 2.0 s", p99 <= 2.0),
+        ("freshness against the bare stream's (its raw_events), p50 and p99",
+         f"{p50 / base50:.2f}x and {p99 / base99:.2f}x ({base50:.2f} s, {base99:.2f} s)", "≤ 1.3x",
+         max(p50 / base50, p99 / base99) <= 1.3),
+        ("freshness p99 at half the highest steady rate, slowest view",
+         f"{half:.2f} s" if at_half else "not measured: no rate kept up with", "≤ 5 s", half <= 5),
+        (f"a micro-batch of ≤ 1,000 events with all six views (median, at {FRESH_RATE:,} events/s)",
+         f"{small_median:.2f} s ({len(small)} micro-batches)", "≤ 0.6 s", small_median <= 0.6),
+        ("landing + six views against the bare stream", f"{ratios[JOBS[2]]:.2f}x", "≥ 0.7x", ratios[JOBS[2]] >= 0.7),
+        ("landing alone against the bare stream", f"{ratios[JOBS[1]]:.2f}x", "≥ 0.9x", ratios[JOBS[1]] >= 0.9),
+        ("highest steady rate against the drain rate with all views",
+         f"{kept / drain_rate:.2f}x ({kept:,.0f} events/s)", "≥ 0.8x", kept / drain_rate >= 0.8),
+        ("memory over the second half of a drain with all views (the most it grew)", f"{growth:+.0%}",
+         "within 10%", abs(growth) <= 0.1),
+    ]
+    return ["## Targets", "", "The speed layer's targets, each from the figures above.", "",
+            "| measure | figure | target | |", "|---|---|---|---|",
+            *(f"| {measure} | {figure} | {target} | {_met(ok)} |" for measure, figure, target, ok in targets)]
 
 
 def _highest(steady: list[live.Steady]) -> str:
@@ -304,7 +388,7 @@ def _doc(module) -> str:
 
 
 def _speed(args, root: Path, say):
-    """The speed part's figures: drains of a backlog, steady rates and freshness."""
+    """The speed part's figures: drains of a backlog, freshness, steady rates and the parse alone."""
     broker = _deployment(root, "broker")
     try:
         say(f"starting Kafka on {broker.kafka_bootstrap} (under {root}) ...")
@@ -316,7 +400,9 @@ def _speed(args, root: Path, say):
         fresh, steady = _live(root, rates, args.steady_seconds, args.markers, say)
     finally:
         kafka.stop(broker)
-    return total, drains, fresh, steady
+    say(f"the parse alone, {args.parse_records:,} records ...")
+    parsed = parse.measure(_deployment(root, "parse"), args.parse_records, PARSE_RUNS)
+    return total, drains, fresh, steady, parsed
 
 
 def _parts(text: str) -> dict[str, str]:

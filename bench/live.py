@@ -1,106 +1,149 @@
 """Live load: the highest steady rate the speed layer keeps up with, and how fresh the merged views are.
 
-Load comes from separate producer processes (``multiprocessing``, one per 5,000 events/s), each sending
-page views of a fixed pool of users stamped with the current time, so the producers are not the
-bottleneck and the steady stream opens no new sessions and no new users once it runs.
+The load is the backlog's full event mix (browsing sessions, late, resent and malformed records; the
+clickstream generator's), each record sent at its time by producer processes (one per 2,500 events/s)
+that generate their share before the load starts, so the producers are not the bottleneck.
 
-- **Steady rate:** at each rate tried, the load runs for ``seconds``; the lag (Kafka records not yet
-  processed: the broker's end offsets minus the speed layer's last committed offsets, from its health
-  report) is sampled every second; a second without a reading counts as none, not as 0. The rate is kept up with
-  when the producers reached it (at least 95% of it, counted from Kafka's end offsets over the run)
-  and the median lag of the last minute is at most that of the second minute plus five seconds of
-  input.
-- **Freshness:** at a steady 1,000 events/s, after a minute of warm-up, markers are sent one after the
-  other: a new user's purchase of a new product, page view of a new page and search for a new query,
-  each marker a row or an increment of its own in every view. Each view is polled through
-  ``serving_layer.engine.query`` (what ``lambdalake query`` runs) every 100 ms until the marker shows;
-  its freshness is the time from the send to the end of the poll that saw it.
+- **Steady rate:** at each rate tried, the load runs for `seconds`, its users and sessions growing as in
+  the backlog (a user per 20 events). The rate is kept up with when the producers reached it (at least
+  95% of it, counted from Kafka's end offsets), the speed layer processed at least 98% of what was
+  produced over the run (the offsets of its last committed micro-batch), and the true lag at the end
+  (the broker's end offsets minus those, from its health report) is at most 5 s of input.
+- **Freshness:** over the same mix by a fixed pool of 200 users, at 1,000 events/s and at half the highest
+  steady rate: after a minute of warm-up no event of the load opens a session or brings a user new to
+  its hour. Markers are then sent one after the other: a new user's purchase of a new product (its own
+  category sent to the products changelog before the load), page view of a new page and search for a
+  new query, each a row or an increment of its own in every view. Each view, and raw_events, is polled by
+  a thread of its own through `serving_layer.engine.query` (what `lambdalake query` runs) every 100 ms
+  until the marker shows; its freshness is the time from the send to the end of the poll that saw it.
+  A marker waits out the first minute of an hour, in which the pool's users enter it.
+- **The floor:** the same load and markers against the bare Structured Streaming job
+  (`bench/bare_stream.py`) writing a raw_events table of its own, polled the same way.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import multiprocessing
-import statistics
+import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 
+from domains import producer
+from domains.clickstream import generator
 from infra import kafka, services
 from infra.settings import Settings
 from serving_layer import engine
+from views import domain
 
+PER_PRODUCER = 2_500
+#: Records a producer generates per second at least (the load starts once they may all be generated).
+GENERATED_PER_SECOND = 25_000
+#: The freshness load's users.
 USERS = 200
-PAGES = tuple(f"/page/{i}" for i in range(20))
-PER_PRODUCER = 5_000
+WARM_UP = 60
 POLL = 0.1
 MARKER_TIMEOUT = 30
+#: Seconds of load a freshness run plans per marker; markers stop when the load does.
+PER_MARKER = 6
+#: What a freshness run polls: every view, and raw_events.
+RELATIONS = ("raw_events", "page_views_per_minute", "trending_products", "search_ctr_hourly",
+             "revenue_by_category_hourly", "active_users_hourly", "sessions_hourly")
 
 
 def _stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _produce(bootstrap: str, topic: str, rate: float, seconds: float, seed: int) -> None:
-    """Send ``rate`` page views per second for ``seconds`` (a producer process)."""
+def _produce(bootstrap: str, topic: str, start: float, rate: float, seconds: float, users: int | None,
+             seed: int) -> None:
+    """Generate ``rate`` events per second over ``seconds`` from ``start`` (seconds since the epoch),
+    then send each at its time (a producer process)."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
-    began, sent, tick = time.monotonic(), 0, 0.05
-    while (elapsed := time.monotonic() - began) < seconds:
-        now = _stamp(datetime.now(timezone.utc))
-        for _ in range(int(rate * (elapsed + tick)) - sent):
-            user = f"steady-{sent % USERS}"
-            event = {"event_id": f"{seed}-{sent}", "event_type": "page_view", "event_time": now, "user_id": user,
-                     "session_id": user, "page": PAGES[sent % len(PAGES)]}
-            producer.send(topic, key=user.encode(), value=json.dumps(event).encode())
-            sent += 1
-        time.sleep(max(0.0, began + elapsed + tick - time.monotonic()))
-    producer.flush()
-    producer.close()
+    began = datetime.fromtimestamp(start, timezone.utc)
+    records = generator.generate(began, began + timedelta(seconds=seconds), round(rate * seconds), seed=seed,
+                                 shaped=False, users=users)
+    sender = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    sent = 0
+    while sent < len(records):
+        due = bisect.bisect_right(records, datetime.now(timezone.utc), lo=sent, key=lambda r: r.send_at)
+        for record in records[sent:due]:
+            sender.send(topic, key=record.key, value=record.value)
+        sent = due
+        time.sleep(0.01)
+    sender.flush()
+    sender.close()
 
 
-def load(settings: Settings, rate: float, seconds: float, seed: int) -> list[multiprocessing.Process]:
-    """Start producer processes sending ``rate`` events/s in all for ``seconds``."""
+@dataclass
+class Load:
+    """Producer processes sending from ``start`` (seconds since the epoch) for ``seconds``."""
+
+    procs: list[multiprocessing.Process]
+    start: float
+    seconds: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+    def begin(self) -> None:
+        """Wait until the load starts."""
+        time.sleep(max(0.0, self.start - time.time()))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            proc.join()
+
+
+def load(settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None) -> Load:
+    """Producer processes that send ``rate`` events/s in all for ``seconds``, once generated."""
     count = max(1, math.ceil(rate / PER_PRODUCER))
+    start = time.time() + 5 + rate / count * seconds / GENERATED_PER_SECOND
     procs = [multiprocessing.Process(target=_produce, daemon=True,
-                                     args=(settings.kafka_bootstrap, settings.topic, rate / count, seconds,
-                                           seed * 100 + i)) for i in range(count)]
+                                     args=(settings.kafka_bootstrap, settings.topic, start, rate / count, seconds,
+                                           users, seed * 100 + i)) for i in range(count)]
     for proc in procs:
         proc.start()
-    return procs
+    return Load(procs, start, seconds)
 
 
 @dataclass
 class Steady:
     rate: float
-    kept_up: bool
-    lag_second_minute: float
-    lag_last_minute: float
-    processed_per_second: float
-    #: What the producers sent, per second (Kafka's end offsets before and after).
+    #: What the producers sent (Kafka's end offsets) and what the speed layer processed, per second.
     produced_per_second: float
+    processed_per_second: float
+    #: The true lag at the end of the run (inf: unknown).
+    lag_at_end: float
+    kept_up: bool
 
 
 def steady(settings: Settings, rate: float, seconds: float, seed: int) -> Steady:
-    """Run the load at ``rate`` for ``seconds`` and judge whether the lag stayed bounded."""
-    began, lags, start_done, start_sent = time.monotonic(), [], _processed(settings), _sent(settings)
-    procs = load(settings, rate, seconds, seed)
-    while time.monotonic() - began < seconds:
+    """Run the full mix at ``rate`` for ``seconds``; whether the speed layer kept up with it."""
+    run = load(settings, rate, seconds, seed)
+    try:
+        run.begin()
+        sent, done = _sent(settings), _processed(settings)
+        time.sleep(max(0.0, run.end - time.time()))
+        produced, processed = _sent(settings) - sent, _processed(settings) - done
         lag = (services.speed_health(settings) or {}).get("lag")
-        if lag is not None:  # no report, or the broker did not answer: unknown, not 0
-            lags.append((time.monotonic() - began, lag))
-        time.sleep(1)
-    elapsed = time.monotonic() - began
-    processed = (_processed(settings) - start_done) / elapsed
-    for proc in procs:
-        proc.join()
-    produced = (_sent(settings) - start_sent) / elapsed
-    second = statistics.median([lag for t, lag in lags if 60 <= t < 120] or [math.inf])
-    last = statistics.median([lag for t, lag in lags if t >= seconds - 60] or [math.inf])
-    kept_up = produced >= 0.95 * rate and math.isfinite(last) and last <= second + 5 * rate
-    return Steady(rate, kept_up, second, last, processed, produced)
+    finally:
+        run.stop()
+    lag = math.inf if lag is None else lag  # no report, or the broker did not answer: unknown, not 0
+    return Steady(rate, produced / seconds, processed / seconds, lag, kept_up(rate, seconds, produced, processed, lag))
+
+
+def kept_up(rate: float, seconds: float, produced: int, processed: int, lag: float) -> bool:
+    """Whether a run at ``rate`` for ``seconds`` was kept up with: the producers reached 95% of the rate,
+    98% of what they produced was processed, and the lag at the end is at most 5 s of input."""
+    return produced >= 0.95 * rate * seconds and processed >= 0.98 * produced and lag <= 5 * rate
 
 
 def _sent(settings: Settings) -> int:
@@ -111,25 +154,36 @@ def _processed(settings: Settings) -> int:
     return sum(((services.speed_health(settings) or {}).get("processed_offsets") or {}).values())
 
 
-def _checks(marker: int, hour: str) -> dict[str, str]:
-    """Per view, SQL whose single value grows when marker ``marker`` shows (for views without a key
-    of its own: the value in the marker's hour)."""
-    at = f"window_start = TIMESTAMPTZ '{hour}'"
+def _checks(marker: int, now: datetime) -> dict[str, str]:
+    """Per relation, SQL whose single value grows when marker ``marker`` (sent at ``now``) shows (for
+    views without a key of its own: the value in the marker's hour)."""
+    at = f"window_start = TIMESTAMPTZ '{now.replace(minute=0, second=0, microsecond=0).isoformat()}'"
+    since = f"TIMESTAMPTZ '{(now - timedelta(seconds=1)).isoformat()}'"
     return {
+        "raw_events": f"SELECT count(*) FROM raw_events WHERE event_date = DATE '{now.date()}' "
+                      f"AND event_time >= {since} AND event_id = 'marker-{marker}-1'",
         "page_views_per_minute": f"SELECT count(*) FROM page_views_per_minute WHERE page = '/marker-{marker}'",
         "trending_products": f"SELECT count(*) FROM trending_products WHERE product_id = 'marker-{marker}'",
         "search_ctr_hourly": f"SELECT count(*) FROM search_ctr_hourly WHERE query = 'marker-{marker}'",
-        "revenue_by_category_hourly": f"SELECT coalesce(max(orders), 0) FROM revenue_by_category_hourly "
-                                      f"WHERE category = 'unknown' AND {at}",
+        "revenue_by_category_hourly": f"SELECT count(*) FROM revenue_by_category_hourly "
+                                      f"WHERE category = 'marker-{marker}'",
         "active_users_hourly": f"SELECT coalesce(max(active_users), 0) FROM active_users_hourly WHERE {at}",
         "sessions_hourly": f"SELECT coalesce(max(sessions), 0) FROM sessions_hourly WHERE {at}",
     }
 
 
-def _values(settings: Settings, checks: dict[str, str]) -> dict[str, int]:
-    sql = "SELECT " + ", ".join(f"({q}) AS {name}" for name, q in checks.items())
-    columns, [row] = engine.query(settings, sql)
-    return dict(zip(columns, row))
+def _value(settings: Settings, sql: str) -> int:
+    _, [[value]] = engine.query(settings, sql)
+    return value
+
+
+def _poll(settings: Settings, sql: str, before: int, sent: float) -> float:
+    """Seconds from ``sent`` to the end of the first poll of ``sql`` whose value exceeds ``before``."""
+    while (polled := time.monotonic()) - sent < MARKER_TIMEOUT:
+        if _value(settings, sql) > before:
+            return time.monotonic() - sent
+        time.sleep(max(0.0, POLL - (time.monotonic() - polled)))
+    return math.inf
 
 
 def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
@@ -144,38 +198,85 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
             for i, e in enumerate(events)]
 
 
-def freshness(settings: Settings, markers: int, warm_up: float = 60, rate: float = 1000) -> dict[str, list[float]]:
-    """Seconds from send to visible, per view, for ``markers`` markers sent over a steady ``rate``."""
+def _marker_products(settings: Settings, markers: range) -> None:
+    """Give each marker's product a category of its own, in the products changelog."""
+    now = datetime.now(timezone.utc)
+    [products] = [d for d in domain(settings.domain).dimensions if d.name == "products"]
+    records = [producer.Record(now, f"marker-{m}".encode(), json.dumps(
+        {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}).encode(),
+        "product") for m in markers]
+    if producer.send_changelog(settings, records, settings.topic_of(products.topic)) != len(records):
+        raise RuntimeError("the markers' products were not all acknowledged")
+
+
+class _MicroBatches:
+    """The speed layer's micro-batches with input while it runs, from its health report: (records,
+    seconds) by batch id (none for a job without one)."""
+
+    def __init__(self, settings: Settings):
+        self.seen: dict[int, tuple[int, float]] = {}
+        self._settings, self._done = settings, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.2):
+            query = ((services.speed_health(self._settings) or {}).get("queries") or {}).get("landing") or {}
+            if query.get("input_rows"):
+                self.seen[query["batch_id"]] = (query["input_rows"], query["durations_ms"].get("triggerExecution", 0) / 1000)
+
+    def __enter__(self) -> _MicroBatches:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+@dataclass
+class Fresh:
+    rate: float
+    #: Per relation polled, seconds from send to visible, a marker each (inf: not seen in MARKER_TIMEOUT).
+    seconds: dict[str, list[float]]
+    #: The speed layer's micro-batches with input during the markers: (records, seconds).
+    batches: list[tuple[int, float]] = field(default_factory=list)
+
+
+def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
+              relations: tuple[str, ...] = RELATIONS) -> Fresh:
+    """How fresh ``relations`` are under the load at ``rate``: markers ``first`` .. ``first + markers - 1``."""
     from kafka import KafkaProducer
 
-    procs = load(settings, rate, warm_up + markers * (MARKER_TIMEOUT / 3) + 60, seed=1)
-    time.sleep(warm_up)
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=0, acks=1)
-    seen: dict[str, list[float]] = {}
+    numbers = range(first, first + markers)
+    if "revenue_by_category_hourly" in relations:
+        _marker_products(settings, numbers)
+    run = load(settings, rate, WARM_UP + markers * PER_MARKER, seed=first + 1, users=USERS)
+    sender = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=0, acks=1)
+    seen: dict[str, list[float]] = {name: [] for name in relations}
     try:
-        for marker in range(markers):
-            now = datetime.now(timezone.utc)
-            checks = _checks(marker, now.replace(minute=0, second=0, microsecond=0).isoformat())
-            before = _values(settings, checks)
-            sent = time.monotonic()
-            for key, value in _marker_events(marker, now):
-                producer.send(settings.topic, key=key, value=value)
-            producer.flush()
-            waiting = set(checks)
-            while waiting and time.monotonic() - sent < MARKER_TIMEOUT:
-                polled = time.monotonic()
-                values = _values(settings, {name: checks[name] for name in waiting})
-                for name in [n for n in waiting if values[n] > before[n]]:
-                    seen.setdefault(name, []).append(time.monotonic() - sent)
-                    waiting.discard(name)
-                time.sleep(max(0.0, POLL - (time.monotonic() - polled)))
-            for name in waiting:
-                seen.setdefault(name, []).append(math.inf)
+        run.begin()
+        time.sleep(WARM_UP)
+        with _MicroBatches(settings) as batches, ThreadPoolExecutor(len(relations)) as pool:
+            for marker in numbers:
+                if time.time() > run.end - MARKER_TIMEOUT:
+                    break
+                now = datetime.now(timezone.utc)
+                if now.minute == 0:
+                    time.sleep(60 - now.second)
+                    now = datetime.now(timezone.utc)
+                checks = {name: sql for name, sql in _checks(marker, now).items() if name in relations}
+                before = dict(zip(checks, pool.map(lambda sql: _value(settings, sql), checks.values())))
+                sent = time.monotonic()
+                for key, value in _marker_events(marker, now):
+                    sender.send(settings.topic, key=key, value=value)
+                sender.flush()
+                took = pool.map(lambda name: _poll(settings, checks[name], before[name], sent), checks)
+                for name, seconds in zip(checks, took):
+                    seen[name].append(seconds)
     finally:
-        producer.close()
-        for proc in procs:
-            proc.terminate()
-    return seen
+        sender.close()
+        run.stop()
+    return Fresh(rate, seen, list(batches.seen.values()))
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -36,8 +36,9 @@ TIMEOUT = 1800  # seconds one drain may take
 class Drain:
     seconds: float
     batches: int
-    #: Resident memory of the speed layer's processes (Python driver and JVM) at each quarter of the drain.
-    memory_mb: list[float] = field(default_factory=list)
+    #: Resident memory of the speed layer's processes (Python driver and JVM) by quarter of the drain
+    #: (0: its start, 4: its end; a quarter a micro-batch spanned is missing).
+    memory_mb: dict[int, float] = field(default_factory=dict)
     #: With ``live_heap``: the JVM's heap in use right after a full collection, at each quarter.
     live_heap_mb: list[float] = field(default_factory=list)
     #: Seconds per step, summed over the micro-batches seen.
@@ -107,7 +108,7 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
                     live[quarter] = live_heap_mb(pid)
                 if done >= total:
                     return Drain(batch_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
-                                 query["batch_id"] + 1, [memory[q] for q in sorted(memory)],
+                                 query["batch_id"] + 1, dict(sorted(memory.items())),
                                  [live[q] for q in sorted(live)], steps)
             time.sleep(0.2)
         raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")

@@ -68,9 +68,10 @@ def _malformed(event: dict, rng: random.Random) -> bytes:
 
 
 def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = Mix(),
-             shaped: bool = True) -> list[Record]:
-    """About ``count`` records of browsing sessions sent over ``[start, end)`` (domains.sample)."""
-    users = [f"u{i}" for i in range(max(10, count // 20))]
+             shaped: bool = True, users: int | None = None) -> list[Record]:
+    """About ``count`` records of browsing sessions sent over ``[start, end)`` (domains.sample), by
+    ``users`` users (default: one per 20 records)."""
+    users = [f"u{i}" for i in range(users or max(10, count // 20))]
     return sample(start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(users), moment, rng),
                   _malformed)
 

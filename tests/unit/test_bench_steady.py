@@ -1,11 +1,33 @@
-"""The speed bench's summary of the steady rates it tried."""
+"""The speed bench's verdict on a steady rate, and its summary of the rates it tried."""
+
+import math
 
 from bench.__main__ import _highest
-from bench.live import Steady
+from bench.live import Steady, kept_up
 
 
-def tried(rate, kept_up):
-    return Steady(rate, kept_up, 0, 0, rate, rate)
+def tried(rate, kept):
+    return Steady(rate, rate, rate, 0, kept)
+
+
+def test_a_rate_is_kept_up_with_when_nearly_all_was_processed_and_little_waits():
+    assert kept_up(1_000, 100, produced=100_000, processed=98_000, lag=5_000)
+
+
+def test_a_rate_processed_below_98_percent_of_what_was_produced_is_not_kept_up_with():
+    assert not kept_up(1_000, 100, produced=100_000, processed=97_999, lag=0)
+
+
+def test_a_rate_ending_with_more_than_5_seconds_of_input_waiting_is_not_kept_up_with():
+    assert not kept_up(1_000, 100, produced=100_000, processed=100_000, lag=5_001)
+
+
+def test_an_unknown_lag_is_not_kept_up_with():
+    assert not kept_up(1_000, 100, produced=100_000, processed=100_000, lag=math.inf)
+
+
+def test_a_rate_the_producers_did_not_reach_is_not_kept_up_with():
+    assert not kept_up(1_000, 100, produced=94_000, processed=94_000, lag=0)
 
 
 def test_the_highest_rate_kept_up_with_and_the_first_one_missed_are_named():
