@@ -74,6 +74,11 @@ class Settings:
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000
+    #: The query engine (DuckDB; the CLI's, the HTTP API's) uses at most this much memory, for its copies of
+    #: the views' tables and every query running at once, and this many threads; a query that would need
+    #: more memory is refused (nothing spills to disk).
+    query_memory_limit: str = "2GB"
+    query_threads: int = 2
     #: The HTTP API and dashboard (`lambdalake serve`): where it listens, and the token it requires
     #: (off loopback a token is generated if none is set; serving_layer.api).
     serve_host: str = "127.0.0.1"
