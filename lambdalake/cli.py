@@ -213,16 +213,16 @@ def _status(settings, as_json: bool) -> None:
     from batch_layer import versions
     from infra import services
     from serving_layer.catalog import corrections, quality, rows
-    from views import all_views
+    from views import all_views, tables
 
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
     report["versions"] = versions.describe(settings, all_views(settings.view_modules, settings.domain))
-    report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
-                                           "FROM late_events GROUP BY view, day ORDER BY view, day")
-    report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
-                                            "GROUP BY reason ORDER BY records DESC")
+    report["late_events"] = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, "
+                                 "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
+    report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "
+                                  "dead_letters GROUP BY reason ORDER BY records DESC")
     if as_json:
         print(json.dumps(report, indent=1, default=str))
         return

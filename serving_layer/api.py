@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
@@ -89,6 +89,11 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
     app = FastAPI(title="lambdalake", description=__doc__, docs_url=None, redoc_url=None)
     app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
     api = [Depends(authorized)]
+
+    @app.exception_handler(QueryError)
+    def failed(request: Request, exc: QueryError) -> JSONResponse:
+        """A query of the server's own that failed (a broken table read for /health): said in one line."""
+        return JSONResponse({"detail": str(exc)}, status_code=500)
 
     def run(sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         try:
