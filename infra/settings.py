@@ -179,12 +179,14 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def save(self, **changes) -> "Settings":
-        """Persist ``changes`` into the home's settings.json and return the updated settings."""
+        """Persist ``changes`` into the home's settings.json (which may hold secrets: readable by its
+        owner only) and return the updated settings."""
+        from infra.credentials import write_private
+
         path = self.home / "settings.json"
         stored = json.loads(path.read_text()) if path.exists() else {}
         stored.update(changes)
-        self.home.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored, indent=2) + "\n")
+        write_private(path, json.dumps(stored, indent=2) + "\n")
         return self.with_overrides(**changes)
 
 

@@ -240,7 +240,7 @@ def _status(settings, as_json: bool) -> None:
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
-    print(f"  Airflow login: {settings.airflow_user} / {credentials.airflow_password(settings)}")
+    print(f"  Airflow login: {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}")
     engine = report["batch_engine"]
     print(f"batch engine {'healthy' if engine['healthy'] else 'DOWN':8} pid {engine['pid']}  {engine['url']}  "
           f"resident {engine['rss_mb']} MB")
@@ -304,8 +304,8 @@ def run(argv: list[str]) -> None:
         from infra import services
 
         settings = services.up(settings)
-        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user} / "
-              f"{credentials.airflow_password(settings)}); dashboard and API: {settings.serve_url}; "
+        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user}, password in "
+              f"{credentials.airflow_password_location(settings)}); dashboard and API: {settings.serve_url}; "
               f"stop with `lambdalake down`")
     elif args.command == "down":
         from infra import services

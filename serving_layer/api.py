@@ -9,7 +9,7 @@
 
 The OpenAPI description is at ``/openapi.json``. Bound to a loopback address the API is open; bound to
 any other it requires ``Authorization: Bearer <token>`` (setting ``serve_token``, else a token generated
-once and kept in the deployment's home, readable by its owner only).
+once and kept in the deployment's home, readable by its owner only), which is never printed or logged.
 """
 
 from __future__ import annotations
@@ -159,5 +159,7 @@ def serve(settings: Settings, host: str, port: int, say=print) -> None:
     import uvicorn
 
     required = token(settings, host)
-    say(f"serving http://{host}:{port}/" + (f" (token: {required})" if required else ""))
+    say(f"serving http://{host}:{port}/" + (f" (requests need the token in "
+                                            f"{credentials.where(settings, 'serve_token', 'serve-token')})"
+                                            if required else ""))
     uvicorn.run(create(settings, required), host=host, port=port, log_level="warning")

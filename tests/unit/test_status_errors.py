@@ -2,7 +2,6 @@
 HTTP API's /health answers a one-line 500, and `lambdalake status` one line and exit 1."""
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -15,14 +14,9 @@ from infra import processes, services
 from infra.settings import REPO, load
 from serving_layer import catalog
 from serving_layer.sandbox import QueryError
+from tests.ports import free_port
 
 FAILED = "reading dead_letters failed: Invalid Input Error: reading the stream registered as 'dead_letters' failed"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -30,7 +24,7 @@ def broken(tmp_path):
     """A deployment whose dead_letters table has lost its data file to corruption, on ports of its own."""
     home = tmp_path / "home"
     home.mkdir()
-    (home / "settings.json").write_text(json.dumps({"airflow_port": _free_port(), "serve_port": _free_port()}))
+    (home / "settings.json").write_text(json.dumps({"airflow_port": free_port(), "serve_port": free_port()}))
     settings = load(home)
     write_deltalake(settings.table("dead_letters"), pa.table({"reason": ["not JSON"], "value": [b"{"]}))
     for part in (settings.data / "dead_letters").glob("*.parquet"):
