@@ -52,7 +52,7 @@ def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | N
                     sent.append(exc)
             producer.flush()
         finally:
-            producer.close(timeout=0)  # after the flush nothing is pending: gives up only on an error
+            producer.close()
     except KafkaError as exc:
         raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc}); is it running? "
                          f"(`lambdalake status`)") from None
