@@ -17,7 +17,7 @@ setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver
 
 .venv/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q pip==26.3
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m pip check

@@ -22,31 +22,56 @@ class Record:
     kind: str
 
 
+#: How long to wait for the broker to answer at first (it runs on this machine: if it does not answer
+#: within seconds, it is down).
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
 def _producer(settings: Settings):
     from kafka import KafkaProducer
 
     return KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=20,
-                         retries=10, max_request_size=1_048_576)
+                         retries=10, max_request_size=1_048_576, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
 
 
 def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]],
-            topic: str | None = None) -> list[bool]:
+            topic: str | None = None) -> list[Exception | None]:
     """Send (key, value, timestamp in ms or None for now) triples to ``topic`` (default: the events
-    topic); whether Kafka acknowledged each, in order."""
-    producer, futures = _producer(settings), []
+    topic); per record, in order, None if Kafka acknowledged it, else why not. A broker that cannot be
+    reached raises ValueError, in one line."""
+    from kafka.errors import KafkaError, MessageSizeTooLargeError
+
+    sent = []
     try:
-        for key, value, timestamp_ms in messages:
-            futures.append(producer.send(topic or settings.topic, key=key, value=value,
-                                         timestamp_ms=timestamp_ms))
-        producer.flush()
-    finally:
-        producer.close()
-    return [f.succeeded() for f in futures]
+        producer = _producer(settings)
+        try:
+            for key, value, timestamp_ms in messages:
+                try:
+                    sent.append(producer.send(topic or settings.topic, key=key, value=value, timestamp_ms=timestamp_ms))
+                except MessageSizeTooLargeError as exc:  # this record's own fault: the others go on
+                    sent.append(exc)
+            producer.flush()
+        finally:
+            producer.close()
+    except KafkaError as exc:
+        raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc}); is it running? "
+                         f"(`lambdalake status`)") from None
+    return [s if isinstance(s, Exception) else None if s.succeeded() else s.exception for s in sent]
+
+
+def acknowledged(settings: Settings, errors: list[Exception | None], topic: str) -> int:
+    """How many records Kafka acknowledged, given :func:`publish`'s answer; if it did not acknowledge them
+    all, raises ValueError saying how many it did not, and why (one line)."""
+    failed = [error for error in errors if error is not None]
+    if failed:
+        raise ValueError(f"Kafka at {settings.kafka_bootstrap} did not acknowledge {len(failed):,} of {len(errors):,} "
+                         f"records sent to {topic} (the first: {' '.join(str(failed[0]).split())})")
+    return len(errors)
 
 
 def send(settings: Settings, records: Iterable[Record], paced_from: datetime | None = None) -> int:
     """Send ``records`` to the events topic; with ``paced_from``, each at its ``send_at`` in real time
-    (``paced_from`` maps to now). Returns how many were acknowledged."""
+    (``paced_from`` maps to now). Returns how many Kafka acknowledged: all (:func:`acknowledged`)."""
     def paced():
         started = time.monotonic()
         for record in records:
@@ -56,14 +81,14 @@ def send(settings: Settings, records: Iterable[Record], paced_from: datetime | N
                     time.sleep(due)
             yield record.key, record.value, None
 
-    return sum(publish(settings, paced()))
+    return acknowledged(settings, publish(settings, paced()), settings.topic)
 
 
 def send_changelog(settings: Settings, records: Iterable[Record], topic: str) -> int:
     """Send a dimension's changelog records to its ``topic``, stamped with their ``send_at`` (a
-    deletion takes effect then). Returns how many were acknowledged."""
+    deletion takes effect then). Returns how many Kafka acknowledged: all (:func:`acknowledged`)."""
     messages = ((r.key, r.value, int(r.send_at.timestamp() * 1000)) for r in records)
-    return sum(publish(settings, messages, topic))
+    return acknowledged(settings, publish(settings, messages, topic), topic)
 
 
 @dataclass(frozen=True)

@@ -75,20 +75,15 @@ def parsing_logs(settings: Settings) -> Path:
     return settings.logs / "airflow-dag-parsing"
 
 
-def _write_private(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        json.dump(data, out)
-
-
 def _secrets(settings: Settings) -> dict[str, str]:
     """The Fernet key, JWT secret and API secret key, generated once into the home so all processes agree."""
     path = airflow_home(settings) / "secrets.json"
     if not path.exists():
         from cryptography.fernet import Fernet
 
-        _write_private(path, {"fernet_key": Fernet.generate_key().decode(),
-                              "jwt_secret": secrets.token_urlsafe(32), "secret_key": secrets.token_urlsafe(32)})
+        credentials.write_private(path, json.dumps({
+            "fernet_key": Fernet.generate_key().decode(), "jwt_secret": secrets.token_urlsafe(32),
+            "secret_key": secrets.token_urlsafe(32)}))
     return json.loads(path.read_text())
 
 
@@ -151,7 +146,8 @@ _COMMANDS = {
 def _prepare(settings: Settings) -> None:
     """Write the admin's login and migrate the metadata database (once per Airflow version)."""
     home = airflow_home(settings)
-    _write_private(home / "passwords.json", {settings.airflow_user: credentials.airflow_password(settings)})
+    credentials.write_private(home / "passwords.json",
+                              json.dumps({settings.airflow_user: credentials.airflow_password(settings)}))
     marker = home / "migrated"
     wanted = version("apache-airflow-core")
     if (home / "airflow.db").exists() and marker.exists() and marker.read_text().strip() == wanted:
@@ -269,8 +265,8 @@ class AirflowClient:
             "username": self.settings.airflow_user, "password": credentials.airflow_password(self.settings)})
         if response.status_code != 201:
             raise AirflowError(f"login as {self.settings.airflow_user!r} at {self.url} failed "
-                               f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up "
-                               f"(`lambdalake status` prints the password)?")
+                               f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up, and does its "
+                               f"password match {credentials.airflow_password_location(self.settings)}?")
         self._token = response.json()["access_token"]
         return self._token
 

@@ -1,17 +1,33 @@
 """A deployment's secrets: set in the settings, or generated once and kept in ``<home>/secrets``,
-readable by its owner only."""
+readable by its owner only. Secrets are never printed or logged: :func:`where` says where one is."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import tempfile
+from pathlib import Path
 
 from infra.settings import Settings
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only: into a new file created with mode 600, then
+    renamed over ``path`` (never readable by others, not for a moment, and never seen half written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(temp, path)
+
+
+def _path(settings: Settings, name: str) -> Path:
+    return settings.home / "secrets" / name
+
+
 def kept(settings: Settings, name: str) -> str:
     """The secret ``name`` kept in ``<home>/secrets/<name>`` (mode 600), generated on first use."""
-    path = settings.home / "secrets" / name
+    path = _path(settings, name)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
@@ -21,6 +37,19 @@ def kept(settings: Settings, name: str) -> str:
     return path.read_text().strip()
 
 
+def where(settings: Settings, setting: str, name: str) -> str:
+    """Where to find a secret without printing it: the setting ``setting`` if set, else the file that
+    :func:`kept` keeps it in as ``name``."""
+    if getattr(settings, setting):
+        return f"the setting {setting} in {settings.home / 'settings.json'}"
+    return str(_path(settings, name))
+
+
 def airflow_password(settings: Settings) -> str:
     """The Airflow admin's password: the ``airflow_password`` setting, else generated for this deployment."""
     return settings.airflow_password or kept(settings, "airflow-password")
+
+
+def airflow_password_location(settings: Settings) -> str:
+    """Where the Airflow admin's password is (:func:`where`)."""
+    return where(settings, "airflow_password", "airflow-password")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import requests
 import s3fs
 
-from infra import processes
+from infra import credentials, processes
 from infra.settings import JAR_CACHE, Settings
 
 NAME = "s3proxy"
@@ -59,7 +59,7 @@ class LocalS3:
             processes.require_free(self.port, "S3Proxy")
             home = settings.home / NAME
             (home / "objects").mkdir(parents=True, exist_ok=True)
-            (home / "s3proxy.properties").write_text("\n".join([
+            credentials.write_private(home / "s3proxy.properties", "\n".join([
                 f"s3proxy.endpoint={self.endpoint}", "s3proxy.authorization=aws-v2-or-v4",
                 f"s3proxy.identity={self.access_key}", f"s3proxy.credential={self.secret_key}",
                 # jclouds' filesystem provider (deprecated for filesystem-nio2, which answers Hadoop's

@@ -74,6 +74,11 @@ class Settings:
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000
+    #: The query engine (DuckDB; the CLI's, the HTTP API's) uses at most this much memory, for its copies of
+    #: the views' tables and every query running at once, and this many threads; a query that would need
+    #: more memory is refused (nothing spills to disk).
+    query_memory_limit: str = "2GB"
+    query_threads: int = 2
     #: The HTTP API and dashboard (`lambdalake serve`): where it listens, and the token it requires
     #: (off loopback a token is generated if none is set; serving_layer.api).
     serve_host: str = "127.0.0.1"
@@ -174,12 +179,14 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def save(self, **changes) -> "Settings":
-        """Persist ``changes`` into the home's settings.json and return the updated settings."""
+        """Persist ``changes`` into the home's settings.json (which may hold secrets: readable by its
+        owner only) and return the updated settings."""
+        from infra.credentials import write_private
+
         path = self.home / "settings.json"
         stored = json.loads(path.read_text()) if path.exists() else {}
         stored.update(changes)
-        self.home.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored, indent=2) + "\n")
+        write_private(path, json.dumps(stored, indent=2) + "\n")
         return self.with_overrides(**changes)
 
 

@@ -213,16 +213,16 @@ def _status(settings, as_json: bool) -> None:
     from batch_layer import versions
     from infra import services
     from serving_layer.catalog import corrections, quality, rows
-    from views import all_views
+    from views import all_views, tables
 
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
     report["versions"] = versions.describe(settings, all_views(settings.view_modules, settings.domain))
-    report["late_events"] = rows(settings, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
-                                           "FROM late_events GROUP BY view, day ORDER BY view, day")
-    report["dead_letters"] = rows(settings, "SELECT reason, count(*) AS records FROM dead_letters "
-                                            "GROUP BY reason ORDER BY records DESC")
+    report["late_events"] = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, "
+                                 "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
+    report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "
+                                  "dead_letters GROUP BY reason ORDER BY records DESC")
     if as_json:
         print(json.dumps(report, indent=1, default=str))
         return
@@ -240,7 +240,7 @@ def _status(settings, as_json: bool) -> None:
     for name, part in report["airflow"].items():
         print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
               f"{part.get('url') or ''}")
-    print(f"  Airflow login: {settings.airflow_user} / {credentials.airflow_password(settings)}")
+    print(f"  Airflow login: {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}")
     engine = report["batch_engine"]
     print(f"batch engine {'healthy' if engine['healthy'] else 'DOWN':8} pid {engine['pid']}  {engine['url']}  "
           f"resident {engine['rss_mb']} MB")
@@ -304,8 +304,8 @@ def run(argv: list[str]) -> None:
         from infra import services
 
         settings = services.up(settings)
-        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user} / "
-              f"{credentials.airflow_password(settings)}); dashboard and API: {settings.serve_url}; "
+        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user}, password in "
+              f"{credentials.airflow_password_location(settings)}); dashboard and API: {settings.serve_url}; "
               f"stop with `lambdalake down`")
     elif args.command == "down":
         from infra import services

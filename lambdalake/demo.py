@@ -78,7 +78,8 @@ def report(settings: Settings) -> str:
         f"\nspeed layer lag: {health.get('lag')} records",
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
         f"{'' if produced == landed + dead else ' (still landing)'}",
-        f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user} / {credentials.airflow_password(settings)}",
+        f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user}, password in "
+        f"{credentials.airflow_password_location(settings)}",
         f"Dashboard: {settings.serve_url}  (HTTP API: {settings.serve_url}views, /health, POST /query; "
         f"OpenAPI at {settings.serve_url}openapi.json)",
         f"Query more: {cli} query \"SELECT * FROM {next(iter(views))} ORDER BY window_start DESC LIMIT 10\"",

@@ -9,7 +9,7 @@
 
 The OpenAPI description is at ``/openapi.json``. Bound to a loopback address the API is open; bound to
 any other it requires ``Authorization: Bearer <token>`` (setting ``serve_token``, else a token generated
-once and kept in the deployment's home, readable by its owner only).
+once and kept in the deployment's home, readable by its owner only), which is never printed or logged.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
@@ -90,6 +90,11 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
     api = [Depends(authorized)]
 
+    @app.exception_handler(QueryError)
+    def failed(request: Request, exc: QueryError) -> JSONResponse:
+        """A query of the server's own that failed (a broken table read for /health): said in one line."""
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
     def run(sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         try:
             return engine.query(settings, sql, params)
@@ -154,5 +159,7 @@ def serve(settings: Settings, host: str, port: int, say=print) -> None:
     import uvicorn
 
     required = token(settings, host)
-    say(f"serving http://{host}:{port}/" + (f" (token: {required})" if required else ""))
+    say(f"serving http://{host}:{port}/" + (f" (requests need the token in "
+                                            f"{credentials.where(settings, 'serve_token', 'serve-token')})"
+                                            if required else ""))
     uvicorn.run(create(settings, required), host=host, port=port, log_level="warning")

@@ -41,12 +41,16 @@ def views(settings: Settings) -> list[dict]:
     } for v in declared.values()]
 
 
-def rows(settings: Settings, sql: str) -> list[dict]:
-    """Rows of ``sql`` through the serving engine as dicts; none if its tables do not exist yet."""
+def rows(settings: Settings, table: str, sql: str) -> list[dict]:
+    """Rows of ``sql``, a query of the view or table ``table``, through the serving engine as dicts; none
+    if ``table`` has no data yet. A query that fails raises :class:`QueryError` naming ``table``: an error
+    never reads as no rows."""
+    if table not in engine.with_data(settings):
+        return []
     try:
         columns, found = engine.query(settings, sql)
-    except (QueryError, LookupError):
-        return []
+    except QueryError as exc:
+        raise QueryError(f"reading {table} failed: {exc}") from None
     return [dict(zip(columns, row)) for row in found]
 
 
@@ -54,7 +58,7 @@ def quality(settings: Settings) -> dict:
     """Where the Great Expectations Data Docs are, and each suite's last check: its days, and how
     many critical expectations failed and how many warnings were raised."""
 
-    last = rows(settings, (
+    last = rows(settings, tables.QUALITY_RESULTS.name, (
         "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
         "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
         "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
@@ -66,7 +70,7 @@ def corrections(settings: Settings) -> list[dict]:
     """Per view, how far its provisional speed rows were off when batch made days final: the last
     report (windows added, removed, changed; each measure's difference) and, over every report, each
     measure's mean relative difference."""
-    return rows(settings, (
+    return rows(settings, tables.CORRECTIONS.name, (
         "SELECT view, measure, count(*) AS reports, avg(relative_difference) AS mean_relative_difference, "
         "arg_max(struct_pack(first_day, last_day, added, removed, changed, difference, relative_difference), "
         "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))
@@ -87,14 +91,15 @@ def health(settings: Settings) -> dict:
     last data-quality check."""
     speed = services.speed_health(settings) or {}
     written = _last_commit(settings, tables.SPEED_PARTIALS)
-    late = {r["view"]: r for r in rows(settings, "SELECT view, sum(events) AS events, max(received_at) AS last "
-                                                 "FROM late_events GROUP BY view")}
-    [dead] = rows(settings, "SELECT count(*) AS records FROM dead_letters") or [{"records": 0}]
+    late = {r["view"]: r for r in rows(settings, tables.LATE_EVENTS.name, "SELECT view, sum(events) AS events, "
+                                       "max(received_at) AS last FROM late_events GROUP BY view")}
+    [dead] = (rows(settings, tables.DEAD_LETTERS.name, "SELECT count(*) AS records FROM dead_letters")
+              or [{"records": 0}])
     checks = quality(settings)
     per_view = {}
     for view in views(settings):
         name = view["name"]
-        newest = rows(settings, f'SELECT max(window_start) AS newest FROM "{name}"')
+        newest = rows(settings, name, f'SELECT max(window_start) AS newest FROM "{name}"')
         per_view[name] = {
             "final_days": view["final_days"], "provisional_days": view["provisional_days"],
             "newest_window": newest[0]["newest"] if newest else None,

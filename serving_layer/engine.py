@@ -130,7 +130,7 @@ class _Table:
             try:
                 stat = os.stat(os.path.join(local, storage.LOG))
             except FileNotFoundError:
-                return self._gone()
+                return self.forget()
             stamp = (stat.st_ino, stat.st_mtime_ns)
             if stamp == self.stamp and time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
                 return False
@@ -140,7 +140,7 @@ class _Table:
             else:
                 self.table.update_incremental()
         except TableNotFoundError:  # locally, a log without its first commit yet
-            return False if local is not None else self._gone()
+            return False if local is not None else self.forget()
         self.stamp = stamp
         if self.table.version() == self.version:
             return False
@@ -148,7 +148,8 @@ class _Table:
         self.appended = _appended(before, self.dataset)
         return True
 
-    def _gone(self) -> bool:
+    def forget(self) -> bool:
+        """Forget what was read (the next :meth:`changed` reads the table anew); whether there was data."""
         gone = self.dataset is not None
         self.stamp, self.table, self.version, self.dataset, self.appended = None, None, None, None, None
         return gone
@@ -206,7 +207,7 @@ class Engine:
         self._tables.update({batch_relation(name): _Table(path)
                              for name, path in versions.serving(settings, self._views, {}).items()})
         self._copies = itertools.count()
-        self._db = sandbox.connect()
+        self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
         self._state, self._idle, self._lock = _State(), [], threading.Lock()
         #: States that queries are running on, and copies no longer current (dropped once unused).
@@ -230,8 +231,7 @@ class Engine:
                     self._point_batch_tables()
         if changed:
             registered = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
-            registered.update({name: self._copy(name, self._state.tables.get(name)) for name in changed
-                               if name in registered and name not in SCANNED})
+            registered.update(self._copy_all([name for name in changed if name in registered and name not in SCANNED]))
             registered.update({name: data for name, data in self._state.tables.items()
                                if name in registered and name not in changed and isinstance(data, str)})
             self._retired.update(_copies(self._state.tables) - _copies(registered))
@@ -253,6 +253,23 @@ class Engine:
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
         self._retired -= unused
+
+    def _copy_all(self, names: list[str]) -> dict[str, str]:
+        """:meth:`_copy` of each table ``names``, by name. If one does not fit in memory, none is kept and
+        the tables are read anew at the next query (which tries again), not left at their last copy."""
+        copies = {}
+        try:
+            for name in names:
+                copies[name] = self._copy(name, self._state.tables.get(name))
+        except duckdb.OutOfMemoryException:
+            self._retired.update(copies.values())
+            self._drop_unused()
+            for table in names:
+                self._tables[table].forget()
+            raise sandbox.QueryError(f"table {name} does not fit in the query engine's memory limit, "
+                                     f"{sandbox.memory_limit_of(self._db)}; raise the setting "
+                                     f"query_memory_limit") from None
+        return copies
 
     def _copy(self, name: str, previous) -> str:
         """Copy the current version of table ``name`` into the database, in window order if it has

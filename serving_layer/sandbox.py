@@ -4,7 +4,8 @@ Enforced twice. The database cannot reach files, the network, extensions or its 
 (:func:`connect`), and every request is checked with DuckDB's own parser before it runs
 (:func:`check`): one SELECT statement whose FROM items are the engine's views and tables, CTEs,
 subqueries, VALUES and the generator functions in :data:`TABLE_FUNCTIONS`. :func:`run` stops a
-query at its time limit and refuses a result beyond its row limit.
+query at its time limit and refuses a result beyond its row limit; the database refuses a query that
+needs more than its memory limit (it never spills to disk).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 DENIED_FUNCTIONS = frozenset({"current_setting", "getenv"})
 #: FROM items besides views, tables and the functions above.
 FROM_ITEMS = frozenset({"SUBQUERY", "JOIN", "EXPRESSION_LIST", "PIVOT", "EMPTY"})
-#: No files, network or extensions, and no Python variable read as a table (DuckDB's replacement scan).
+#: No files, network or extensions, no Python variable read as a table (DuckDB's replacement scan), and
+#: no spilling to disk (an in-memory database would spill into ``.tmp`` of the working directory).
 CONFIG = {"enable_external_access": False, "python_enable_replacements": False,
-          "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+          "autoinstall_known_extensions": False, "autoload_known_extensions": False, "temp_directory": ""}
 
 
 class QueryError(ValueError):
@@ -33,13 +35,19 @@ def _one_line(error: object) -> str:
     return " ".join(str(error).split())
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory database (times in UTC) with no route to files, network or extensions, its
-    configuration locked; Arrow data registered on it, and on its cursors, stays readable."""
-    con = duckdb.connect(config=CONFIG)
+def connect(memory_limit: str, threads: int) -> duckdb.DuckDBPyConnection:
+    """An in-memory database (times in UTC) with no route to files, network or extensions, using at
+    most ``memory_limit`` (e.g. ``"2GB"``) and ``threads``, its configuration locked; Arrow data
+    registered on it, and on its cursors, stays readable."""
+    con = duckdb.connect(config={**CONFIG, "memory_limit": memory_limit, "threads": threads})
     con.execute("SET GLOBAL TimeZone = 'UTC'")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def memory_limit_of(con: duckdb.DuckDBPyConnection) -> str:
+    """The database's memory limit, as DuckDB writes it (``"1.8 GiB"`` for 2GB)."""
+    return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
 
 
 def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
@@ -108,6 +116,9 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
     except duckdb.InterruptException:
         raise QueryError(f"stopped after {timeout:g} s, the time limit (setting query_timeout_seconds); "
                          f"narrow the query with WHERE or aggregate") from None
+    except duckdb.OutOfMemoryException:
+        raise QueryError(f"refused: needs more memory than the limit, {memory_limit_of(con)} (setting "
+                         f"query_memory_limit); narrow the query with WHERE or aggregate") from None
     except duckdb.Error as exc:
         raise QueryError(_one_line(exc)) from None
     finally:

@@ -21,16 +21,12 @@ from views import tables
 
 
 def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
-    from kafka.errors import KafkaError
-
+    """Whether Kafka acknowledged each replay."""
     from domains import producer
 
-    try:
-        return producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
-                                           for r in replays))
-    except KafkaError as exc:
-        raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc!r}); "
-                         f"is it running? (`lambdalake status`)") from None
+    errors = producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
+                                         for r in replays))
+    return [error is None for error in errors]
 
 
 def _record(settings: Settings, replays: list[Replay]) -> None:

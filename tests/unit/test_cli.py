@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from infra.settings import REPO
+from tests.ports import free_port
 
 pytestmark = pytest.mark.processes
 
@@ -57,6 +58,15 @@ def test_produce_mistakes_exit_1_with_one_line(tmp_path, args, needle):
     done = run(tmp_path, "produce", *args)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+def test_produce_to_a_stopped_broker_exits_1_with_one_line(tmp_path):
+    port = free_port()
+    (tmp_path / "settings.json").write_text(json.dumps({"kafka_port": port}))
+    done = run(tmp_path, "produce", "--days", "1", "--per-day", "10")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (f"lambdalake: error: cannot send to Kafka at 127.0.0.1:{port} (KafkaTimeoutError: Unable "
+                           f"to bootstrap from 127.0.0.1:{port}); is it running? (`lambdalake status`)\n")
 
 
 def test_an_unknown_domain_is_named_with_the_known_ones(tmp_path):

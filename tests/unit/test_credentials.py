@@ -1,5 +1,8 @@
 """Secrets are set in the settings or generated once per deployment, for its owner only."""
 
+import json
+import os
+
 from infra import credentials
 from infra.settings import load
 
@@ -18,3 +21,26 @@ def test_a_password_set_in_the_settings_is_used_and_nothing_is_generated(tmp_pat
     settings = load(tmp_path).with_overrides(airflow_password="chosen")
     assert credentials.airflow_password(settings) == "chosen"
     assert not (tmp_path / "secrets").exists()
+
+
+def test_where_names_the_secret_s_place_never_the_secret(tmp_path):
+    settings = load(tmp_path)
+    assert credentials.where(settings, "serve_token", "serve-token") == str(tmp_path / "secrets" / "serve-token")
+    chosen = settings.with_overrides(airflow_password="chosen")
+    assert credentials.airflow_password_location(chosen) == f"the setting airflow_password in {tmp_path / 'settings.json'}"
+
+
+def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
+    """Whatever the umask, and over a file that others could read."""
+    old = os.umask(0)
+    try:
+        (tmp_path / "settings.json").write_text('{"serve_token": "s3cret"}')
+        assert (tmp_path / "settings.json").stat().st_mode & 0o777 == 0o666
+        load(tmp_path).save(batch_start_date="2026-01-01")
+        credentials.write_private(tmp_path / "new" / "keys", "k")
+    finally:
+        os.umask(old)
+    assert json.loads((tmp_path / "settings.json").read_text()) == {"serve_token": "s3cret", "batch_start_date": "2026-01-01"}
+    for path in (tmp_path / "settings.json", tmp_path / "new" / "keys"):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keys", "new", "settings.json"]  # no temporary file left

@@ -1,11 +1,13 @@
 """``lambdalake produce --from-file``: blank lines are skipped, lines that are not JSON objects are sent (the
-speed layer dead-letters them), and both are reported by line number."""
+speed layer dead-letters them), and both are reported by line number. Records Kafka did not acknowledge
+are an error that says how many."""
 
 from datetime import datetime
 
 import pytest
 
-from domains.producer import parse_lines, read_file
+from domains.producer import acknowledged, parse_lines, read_file
+from infra.settings import load
 from views.timebase import UTC
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -47,3 +49,15 @@ def test_a_changelog_file_is_keyed_by_product_and_its_deletions_are_tombstones(t
         (b"p1", change, "from_file"), (b"p1", None, "deletion"), (None, None, "deletion"), (None, b"[]", "from_file")]
     assert (read.blank, read.not_objects) == ([3], [5])
     assert read_file(path, NOW).records[1].value == b'{"product_id": "p1", "deleted": true}'  # events: as is
+
+
+def test_records_not_acknowledged_are_an_error_that_says_how_many_and_why(tmp_path):
+    from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+
+    settings = load(tmp_path)
+    assert acknowledged(settings, [None, None], "events") == 2
+    errors = [None, MessageSizeTooLargeError("The message is 2000000 bytes"), KafkaTimeoutError("Batch expired"), None]
+    with pytest.raises(ValueError, match=r"^Kafka at 127.0.0.1:9092 did not acknowledge 2 of 4 records sent to events "
+                                         r"\(the first: \[Error 10\] MessageSizeTooLargeError: The message is 2000000 "
+                                         r"bytes\)$"):
+        acknowledged(settings, errors, "events")

@@ -1,11 +1,13 @@
 """requirements.in names what the code imports: every third-party package imported is listed, and every
-package listed (above its constraints) is imported somewhere."""
+package listed (above its constraints) is imported somewhere. What `make setup` installs is pinned: the
+lock, pip itself and the build backend."""
 
 import ast
 import re
 import sys
+import tomllib
 from functools import cache
-from importlib.metadata import packages_distributions, requires
+from importlib.metadata import distribution, packages_distributions, requires, version
 from pathlib import Path
 
 from infra.settings import REPO
@@ -64,3 +66,14 @@ def test_every_imported_package_is_listed_and_every_listed_one_imported():
     provided = set().union(*listed.values())
     assert sorted(imported - provided) == []
     assert sorted(name for name, modules in listed.items() if not modules & imported) == []
+
+
+def test_the_lock_pip_and_the_build_backend_are_exact_pins_of_what_built_this_venv():
+    """Every line of requirements.txt is ``name==version``; the Makefile installs pip at this venv's version;
+    pyproject.toml builds lambdalake with the setuptools that built the installed lambdalake."""
+    lock = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
+    assert [line for line in lock if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9_.+!-]*", line)] == []
+    assert re.findall(r"-m pip install -q (pip\S*)", (REPO / "Makefile").read_text()) == [f"pip=={version('pip')}"]
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+    built_by = re.search(r"^Generator: setuptools \((.+)\)$", distribution("lambdalake").read_text("WHEEL"), re.M)[1]
+    assert build == {"requires": [f"setuptools=={built_by}"], "build-backend": "setuptools.build_meta"}

@@ -107,7 +107,7 @@ def test_escapes_are_refused_in_one_line_and_write_nothing(settings, tmp_path, s
                                  "SET lock_configuration = false", "INSTALL httpfs", "LOAD httpfs"])
 def test_the_database_itself_refuses_files_extensions_and_settings(tmp_path, sql):
     """The second wall: what the parser check would let through reaches nothing either."""
-    con = sandbox.connect().cursor()
+    con = sandbox.connect("64MB", 1).cursor()
     con.register("t", pa.table({"a": [1]}))
     with pytest.raises(duckdb.Error):
         con.execute(sql.format(out=tmp_path))
@@ -127,6 +127,37 @@ def test_the_time_limit(settings):
     with pytest.raises(QueryError, match=r"stopped after 0.5 s, the time limit \(setting query_timeout_seconds\)"):
         engine.query(limited, "SELECT count(*) FROM range(1000000000) a, range(1000000000) b WHERE a.range <> b.range")
     assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+
+
+#: Counting 3 million distinct strings takes about 200 MB.
+HUNGRY = "SELECT count(DISTINCT range::VARCHAR || 'abcdefghijklmnopqrstuvwxyz') FROM range(3000000)"
+
+
+def test_the_memory_and_thread_limits(settings):
+    """The engine takes its memory limit and threads from the settings; a query that needs more memory is
+    refused in one line (nothing spills to disk) and the engine goes on."""
+    con = sandbox.connect("64MB", 1)
+    assert (sandbox.memory_limit_of(con), con.execute("SELECT current_setting('threads')").fetchall()) == ("61.0 MiB", [(1,)])
+    limited = settings.with_overrides(query_memory_limit="64MB", query_threads=1)
+    with pytest.raises(QueryError, match=r"^refused: needs more memory than the limit, 61.0 MiB \(setting "
+                                         r"query_memory_limit\); narrow the query with WHERE or aggregate$"):
+        engine.query(limited, HUNGRY)
+    assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+    assert engine.query(settings, HUNGRY)[1] == [(3_000_000,)]  # within the default limit
+
+
+def test_a_table_beyond_the_memory_limit_is_named_until_it_fits(settings):
+    """A version of a table too big to copy within the memory limit fails every query with one line, never
+    leaving the engine on the version before; once a version fits, it is read."""
+    limited, path = settings.with_overrides(query_memory_limit="16MB"), settings.table("serving_state")
+    big = pa.table({"view": [f"view-{i:024}" for i in range(1_000_000)], "day": [date(2026, 1, 1)] * 1_000_000})
+    write_deltalake(path, big, mode="overwrite")  # about 40 MB in the engine
+    for _ in range(2):
+        with pytest.raises(QueryError, match=r"^table serving_state does not fit in the query engine's memory "
+                                             r"limit, 15.2 MiB; raise the setting query_memory_limit$"):
+            engine.query(limited, "SELECT count(*) FROM raw_events")
+    write_deltalake(path, pa.table({"view": ["a"], "day": [date(2026, 1, 2)]}), mode="overwrite")
+    assert engine.query(limited, "SELECT * FROM serving_state")[1] == [("a", date(2026, 1, 2))]
 
 
 def test_errors_name_the_known_tables(settings):

@@ -1,0 +1,29 @@
+"""The environment lambdalake gives every Airflow process (infra.airflow.env): each option it sets is one
+the pinned Airflow knows, its secrets are kept for their owner only, and nothing is left to send usage
+data off the machine."""
+
+from infra import airflow
+from infra.settings import load
+
+
+def _described() -> dict:
+    from airflow.configuration import conf
+
+    return conf.configuration_description
+
+
+def test_every_option_set_is_one_airflow_knows(tmp_path):
+    described = _described()
+    options = [name.removeprefix("AIRFLOW__").lower().split("__")
+               for name in airflow.env(load(tmp_path)) if name.startswith("AIRFLOW__")]
+    assert len(options) > 20
+    assert [(section, option) for section, option in options
+            if option not in described.get(section, {}).get("options", {})] == []
+    assert (airflow.airflow_home(load(tmp_path)) / "secrets.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_pinned_airflow_collects_no_usage_data():
+    """Airflow 2.10's usage data collection (Scarf, ``[usage_data_collection] enabled``) was removed
+    (apache/airflow#45865): the pinned Airflow has no such option, so there is nothing to turn off (GX's
+    analytics are, in batch_layer/quality.py). If an upgrade brings it back, turn it off in env()."""
+    assert "usage_data_collection" not in _described()
