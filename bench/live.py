@@ -205,8 +205,7 @@ def _marker_products(settings: Settings, markers: range) -> None:
     records = [producer.Record(now, f"marker-{m}".encode(), json.dumps(
         {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}).encode(),
         "product") for m in markers]
-    if producer.send_changelog(settings, records, settings.topic_of(products.topic)) != len(records):
-        raise RuntimeError("the markers' products were not all acknowledged")
+    producer.send_changelog(settings, records, settings.topic_of(products.topic))
 
 
 class _MicroBatches:

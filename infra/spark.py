@@ -29,9 +29,12 @@ def jars() -> list[str]:
 JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 #: The long-lived batch engine's collector instead: G1, which gives the heap that a backfill's runs in
 #: flight grew back to the system once the engine idles (a full collection when 10 s pass without one,
-#: leaving at most 30% of the heap free), where the throughput collector keeps it for the JVM's life.
+#: leaving at most 30% of the heap free), where the throughput collector keeps it for the JVM's life;
+#: and every 10 s the C heap's freed memory is given back too (malloc_trim: resident at rest after a
+#: nightly run 668 -> 623 MB).
 ENGINE_JVM_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:+UseG1GC -XX:G1PeriodicGCInterval=10000 "
-                      "-XX:-G1PeriodicGCInvokesConcurrent -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30")
+                      "-XX:-G1PeriodicGCInvokesConcurrent -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 "
+                      "-XX:TrimNativeHeapInterval=10000")
 #: Generated classes kept compiled: room for every stage of the speed layer's micro-batches, and Spark's
 #: default for the batch engine, whose plans are fewer and whose memory must stay flat over months (its
 #: class metadata after 28 demo days' recomputes: +34 MB with room for 1,000, +12 MB with 100).

@@ -7,7 +7,7 @@ import re
 import sys
 import tomllib
 from functools import cache
-from importlib.metadata import distribution, packages_distributions, requires, version
+from importlib.metadata import distributions, packages_distributions, requires, version
 from pathlib import Path
 
 from infra.settings import REPO
@@ -46,8 +46,8 @@ def _key(distribution: str) -> str:
 def _owners() -> dict[str, set[str]]:
     """Installed distribution -> the top-level modules it provides."""
     found: dict[str, set[str]] = {}
-    for module, distributions in packages_distributions().items():
-        for distribution in distributions:
+    for module, names in packages_distributions().items():
+        for distribution in names:
             found.setdefault(_key(distribution), set()).add(module)
     return found
 
@@ -75,5 +75,7 @@ def test_the_lock_pip_and_the_build_backend_are_exact_pins_of_what_built_this_ve
     assert [line for line in lock if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9_.+!-]*", line)] == []
     assert re.findall(r"-m pip install -q (pip\S*)", (REPO / "Makefile").read_text()) == [f"pip=={version('pip')}"]
     build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
-    built_by = re.search(r"^Generator: setuptools \((.+)\)$", distribution("lambdalake").read_text("WHEEL"), re.M)[1]
+    # the installed one, not the egg-info the editable build leaves in the repository (no WHEEL there)
+    [wheel] = filter(None, (found.read_text("WHEEL") for found in distributions(name="lambdalake")))
+    built_by = re.search(r"^Generator: setuptools \((.+)\)$", wheel, re.M)[1]
     assert build == {"requires": [f"setuptools=={built_by}"], "build-backend": "setuptools.build_meta"}
