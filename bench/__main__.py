@@ -61,7 +61,7 @@ def _parser() -> Parser:
     parser = Parser(prog="python -m bench", description=__doc__)
     parser.add_argument("--events", type=_count, default=1_000_000, help="events in the backlog (default 1000000)")
     parser.add_argument("--runs", type=_count, default=3, help="drains of the backlog per job (default 3)")
-    parser.add_argument("--steady-seconds", type=_count, default=180, help="seconds per steady rate tried (default 180)")
+    parser.add_argument("--steady-seconds", type=_count, default=300, help="seconds per steady rate tried (default 300)")
     parser.add_argument("--markers", type=_count, default=100, help="freshness markers per run (default 100)")
     parser.add_argument("--parse-records", type=_count, default=500_000,
                         help="records of the parse micro-benchmark (default 500000)")

@@ -249,7 +249,7 @@ def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
     numbers = range(first, first + markers)
     if "revenue_by_category_hourly" in relations:
         _marker_products(settings, numbers)
-    run = load(settings, rate, WARM_UP + markers * PER_MARKER, seed=first + 1, users=USERS)
+    run = load(settings, rate, WARM_UP + markers * PER_MARKER + MARKER_TIMEOUT, seed=first + 1, users=USERS)
     sender = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=0, acks=1)
     seen: dict[str, list[float]] = {name: [] for name in relations}
     try:
@@ -275,6 +275,8 @@ def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
     finally:
         sender.close()
         run.stop()
+    if not all(seen.values()):
+        raise RuntimeError(f"the load at {rate:,.0f} events/s ended before a marker was sent")
     return Fresh(rate, seen, list(batches.seen.values()))
 
 

@@ -1,6 +1,8 @@
-"""The parse, alone: the speed layer's (`views.events.parse`: typed columns, every validation rule and a
-reason per record) against Spark's own parse of the same records into raw_events' columns without the
-rules (`from_json`, as the bare stream parses them), warm, in one session.
+"""The parse alone, against Spark's own.
+
+The speed layer's parse (`views.events.parse`: typed columns, every validation rule and a reason per
+record) against Spark's own parse of the same records into raw_events' columns without the rules
+(`from_json`, as the bare stream parses them), warm, in one session.
 
 The records: the backlog's mix (late, resent and malformed ones among them) as Spark's Kafka source
 reads them, cached. Each parse writes every column of every record to Spark's `noop` sink; the first
