@@ -34,7 +34,7 @@ JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "sp
 BATCH_RATIO = 1.2
 #: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
 #: that is not kept up with.
-STEADY_SHARES = (0.5, 0.8, 1.0, 1.25)
+STEADY_SHARES = (0.25, 0.5, 0.8, 1.0, 1.25)
 #: Timed runs of each parse in the parse micro-benchmark.
 PARSE_RUNS = 5
 #: The rate of the freshness load that the speed layer's freshness targets name.
