@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from bench import bare_stream, batch, live, orchestrated, parse, serving, throughput
+from bench import bare_stream, batch, live, orchestrated, parse, reliability, serving, throughput
 from domains import producer
 from domains.clickstream import generator
 from domains.sample import counts
@@ -41,9 +41,9 @@ PARSE_RUNS = 5
 FRESH_RATE = 1_000
 #: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
 PARTS = {"speed": "## Throughput: draining a backlog", "serving": "## Serving", "batch": "## Batch",
-         "orchestrated": "## Airflow: a nightly run and a backfill"}
+         "orchestrated": "## Airflow: a nightly run and a backfill", "reliability": "## Reliability"}
 HEADER = ("# Benchmarks\n\nWritten by `make bench` (`bench/`): every figure of a part (speed, serving, batch, "
-          "orchestrated) comes "
+          "orchestrated, reliability) comes "
           "from one run, stated at its end, each against a baseline measured in the same run.\n")
 
 
@@ -73,6 +73,12 @@ def _parser() -> Parser:
                         help="timed runs per job on the batch part's day of N events (default 3)")
     parser.add_argument("--day-events", type=_count, default=3000,
                         help="events per day of the orchestrated part's nightly run and backfill (default 3000, the demo's)")
+    parser.add_argument("--storm-events", type=_count, default=1_000_000,
+                        help="events produced during the reliability part's kill storm (default 1000000)")
+    parser.add_argument("--kills", type=_count, default=20,
+                        help="kill -9 of the speed layer in the storm, and half as many of the batch engine (default 20)")
+    parser.add_argument("--hostile-records", type=_count, default=100_000,
+                        help="malformed records of the reliability part's hostile input (default 100000)")
     parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the others' figures")
     return parser
 
@@ -374,6 +380,82 @@ def render_orchestrated(runs: orchestrated.Runs, command: str, date: str, minute
     ])
 
 
+def _lost(landing: reliability.Landing) -> str:
+    return (f"{landing.produced:,} records in the topic: {landing.landed:,} landed, {landing.dead:,} dead-lettered, "
+            f"{landing.repeated:,} written twice, {landing.lost:,} written nowhere")
+
+
+def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill, batch_kill: reliability.BatchKill,
+                       hostile: reliability.Hostile, queries: reliability.Queries, command: str, date: str,
+                       minutes: float) -> str:
+    differing = sum(wrong for wrong, _ in storm.differing.values())
+    views = ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in storm.differing.items())
+    restarts, rounds = storm.restart_seconds, batch_kill.rounds
+    errors = sorted({r.error for r in rounds if r.error})
+    points = queries.points
+    outcomes = [f"| {name} | {sent:,} | " + "; ".join(f"{n:,} x {outcome}" for outcome, n in found.items()) + " |"
+                for name, (sent, found) in queries.bad.items()]
+    return "\n".join([
+        PARTS["reliability"], "", _doc(reliability), "",
+        "| scenario | what was done | what was checked | lost |", "|---|---|---|---|",
+        f"| kill storm | {storm.kills} x `kill -9` of the speed layer while {storm.events:,} records were produced; "
+        f"back each time in {statistics.median(restarts):.1f} s (median; most {max(restarts):.1f} s) | "
+        f"{_lost(storm.landing)}; after batch, rows differing from the oracle: {views} | "
+        f"{storm.landing.lost + storm.landing.repeated + differing} |",
+        f"| broker kill | `kill -9` of the broker while {broker.sent:,} records were sent, then started again; "
+        f"the watchdog said: {'; '.join(broker.watchdog) or 'healthy throughout'} | {broker.acknowledged:,} "
+        f"acknowledged, {broker.lost:,} of them missing from raw_events; {_lost(broker.landing)} | "
+        f"{broker.lost + broker.landing.lost + broker.landing.repeated} |",
+        f"| batch kill | {len(rounds)} x `kill -9` of the batch engine at a random moment of a day's recompute "
+        f"(an unkilled one took {batch_kill.task_seconds:.1f} s; killed at "
+        f"{', '.join(f'{r.killed_at:.1f}' for r in rounds)} s), {batch_kill.events_per_round:,} more events of the "
+        f"day landed before each; tasks that failed in one line: {sum(bool(r.error) for r in rounds)} (the others "
+        f"had finished); the engine back in {statistics.median(r.back_seconds for r in rounds):.1f} s (median) | "
+        f"reruns that converged to the oracle: {sum(r.converged for r in rounds)} of {len(rounds)}; reader "
+        f"snapshots with a view's day half-replaced: {sum(r.mixed for r in rounds)} of "
+        f"{sum(r.snapshots for r in rounds):,} | {sum(not r.converged for r in rounds) + sum(r.mixed for r in rounds)} |",
+        f"| hostile input | {hostile.records:,} records, {hostile.kinds} kinds of malformation among valid events; "
+        f"a 10 MB record refused when sent: {hostile.refused_by_broker} of 1 | {_lost(hostile.landing)}; "
+        f"valid events landed {hostile.valid_landed:,} of {hostile.valid:,}; speed layer restarts "
+        f"{hostile.speed_restarts} | {hostile.landing.lost + hostile.landing.repeated + hostile.valid - hostile.valid_landed} |",
+        "",
+        f"Hostile queries: {reliability.BAD_CLIENTS} clients sending the queries below for "
+        f"{reliability.QUERY_SECONDS} s through `POST /query` while {reliability.POINT_CLIENTS} clients sent "
+        f"{len(points):,} point queries: p50 {live.percentile(points, 0.5) * 1000:,.1f} ms, p99 "
+        f"{live.percentile(points, 0.99) * 1000:,.1f} ms (target ≤ 50 ms: "
+        f"{_met(live.percentile(points, 0.99) <= 0.05)}), {queries.point_errors} failed; the server answered its "
+        f"health check throughout: {'yes' if queries.server_up else '**no**'}.", "",
+        f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}.", "",
+        "| bad query | sent | outcomes (HTTP status: the one-line error) |", "|---|---|---|", *outcomes, "",
+        "### Run", "", *_run(command, date, minutes), "",
+    ])
+
+
+def _reliability(args, root: Path, say):
+    """The reliability part's scenarios, on one broker."""
+    broker = _deployment(root, "broker")
+    try:
+        say(f"starting Kafka on {broker.kafka_bootstrap} (under {root}) ...")
+        kafka.start(broker)
+        scenarios = {}
+        for name in ("storm", "broker-kill", "hostile"):
+            scenarios[name] = _deployment(root, name, topic_prefix=f"{name}-")
+            kafka.ensure_topics(scenarios[name])
+        say(f"kill storm: {args.kills} x kill -9 of the speed layer during {args.storm_events:,} events ...")
+        storm = reliability.kill_storm(scenarios["storm"], args.storm_events, args.kills, say)
+        say("broker kill ...")
+        killed = reliability.broker_kill(scenarios["broker-kill"], broker, args.storm_events // 10, say)
+        say(f"batch kill: {args.kills // 2} x kill -9 of the batch engine mid-recompute ...")
+        batch_killed = reliability.batch_kill(_deployment(root, "batch-kill"), args.kills // 2, args.day_events, say)
+        say("hostile input ...")
+        hostile = reliability.hostile_input(scenarios["hostile"], args.hostile_records // len(reliability.KINDS), say)
+        say("hostile queries ...")
+        queries = reliability.hostile_queries(scenarios["storm"], say)
+        return storm, killed, batch_killed, hostile, queries
+    finally:
+        kafka.stop(broker)
+
+
 def _run(command: str, date: str, minutes: float) -> list[str]:
     return [f"- Command: `{command}`", f"- Date: {date}, {minutes:.0f} min in all", f"- Machine: {machine()}"]
 
@@ -426,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                 figures, write = _speed(args, root, say), render
             elif part == "serving":
                 figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
+            elif part == "reliability":
+                figures, write = _reliability(args, root, say), render_reliability
             elif part == "orchestrated":
                 figures, write = (orchestrated.run(_deployment(root, "orchestrated"), args.day_events, say),
                                   render_orchestrated)

@@ -12,14 +12,17 @@ report it, and the watchdog DAG restarts it if it died.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import psutil
 
 from infra import processes
 from infra import spark as sparks
-from infra.settings import Settings
+from infra.settings import REPO, Settings
 
 NAME = "batch-engine"
 SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -116,6 +119,26 @@ def _rehearsal(settings: Settings) -> None:
             recompute_day(spark, scratch, REHEARSED_DAY, end)
     finally:
         shutil.rmtree(scratch.home, ignore_errors=True)
+
+
+#: What a batch_recompute task runs for a day, on the engine its deployment names.
+_DAY_TASK = """
+import sys
+from datetime import datetime, timedelta
+from batch_layer.recompute import recompute_day
+from infra import settings, spark
+day, deployment = datetime.fromisoformat(sys.argv[1]), settings.load()
+with spark.engine(deployment) as session:
+    recompute_day(session, deployment, day, day + timedelta(days=1))
+"""
+
+
+def day_task(settings: Settings, start: datetime) -> subprocess.Popen:
+    """A process doing on the engine what the batch_recompute task does for the day from ``start``, as
+    a task does it: in a process of its own (its stderr piped: an error's last line is its message)."""
+    return subprocess.Popen([sys.executable, "-c", _DAY_TASK, start.isoformat()], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)})
 
 
 def stop(settings: Settings) -> bool:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from serving_layer import engine
 from views import timebase
+from views.timebase import DAY
 
 #: 4 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)): the tests compare
 #: hundreds of windows at once, and at 3 sigma per window a correct sketch fails a run now and then
@@ -41,3 +44,13 @@ def merged_rows(settings, view) -> dict:
     """The merged view's rows, keyed as by :func:`keyed`."""
     columns, rows = engine.query(settings, f'SELECT * FROM "{view.name}"')
     return keyed(view, [dict(zip(columns, row)) for row in rows])
+
+
+def day_measures(view, rows: dict, day: datetime) -> dict:
+    """The rows of ``view`` (merged rows as by :func:`keyed`, or the oracle's measures) in the day from
+    ``day``, as {key: measures}, floats rounded (the oracle and the engines sum in other orders)."""
+    def plain(value):
+        return round(value, 6) if isinstance(value, float) else value
+
+    return {key: tuple(plain(row[m.name] if isinstance(row, dict) else row[i]) for i, m in enumerate(view.measures))
+            for key, row in rows.items() if day <= key[0] < day + DAY}

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from datetime import datetime, timedelta
 
@@ -26,46 +24,26 @@ from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import batch_engine as engines
 from infra import processes
-from infra.settings import REPO
 from speed_layer.queries import ensure_tables
 from tests import oracle
-from tests.compare import merged_rows
+from tests.compare import day_measures, merged_rows
 from tests.integration.records import land
 from views import all_views, timebase
 
 pytestmark = pytest.mark.integration
 
 DAY = datetime(2026, 11, 20, tzinfo=timebase.UTC)
-#: What the batch_recompute task runs for DAY, on the engine the settings name.
-TASK = f"""
-from datetime import datetime, timedelta
-from batch_layer.recompute import recompute_day
-from infra import settings, spark
-day = datetime.fromisoformat("{DAY.isoformat()}")
-with spark.engine(settings.load()) as session:
-    recompute_day(session, settings.load(), day, day + timedelta(days=1))
-"""
-
-
-def _task(settings) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TASK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)})
 
 
 def _run_task(settings) -> tuple[int, str]:
     """Run the task to its end: its exit code and the last line of its error output."""
-    task = _task(settings)
+    task = engines.day_task(settings, DAY)
     _, errors = task.communicate(timeout=600)
     return task.returncode, (errors.strip().splitlines() or [""])[-1]
 
 
 def _measures(view, rows: dict) -> dict:
-    """The day's rows of ``view`` as {key: measures}, floats rounded (oracle and engine sum in other orders)."""
-    def plain(value):
-        return round(value, 6) if isinstance(value, float) else value
-
-    return {key: tuple(plain(row[m.name] if isinstance(row, dict) else row[i]) for i, m in enumerate(view.measures))
-            for key, row in rows.items() if DAY <= key[0] < DAY + timedelta(days=1)}
+    return day_measures(view, rows, DAY)
 
 
 def _free_port() -> int:
@@ -111,7 +89,7 @@ def test_engine_killed_mid_recompute_fails_the_task_in_one_line_and_the_rerun_co
     try:
         paths = {name: versions.current(tables, name) for name in views}
         committed = {name: deltalake.DeltaTable(path).version() for name, path in paths.items()}
-        task = _task(tables)
+        task = engines.day_task(tables, DAY)
         processes.poll(lambda: any(deltalake.DeltaTable(path).version() > committed[name]
                                    for name, path in paths.items()) or None, 300, 0.05,
                        lambda: AssertionError("the recompute replaced no view's day"))

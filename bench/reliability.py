@@ -1,0 +1,466 @@
+"""Reliability: the platform's guarantees under faults at scale, each on a live deployment whose
+producer runs through the fault. Every scenario counts what it lost; the target is 0.
+
+- **Kill storm:** the speed layer killed with `kill -9` at random moments (a uniform 1-10 s after it
+  came back) while a backlog of the full event mix (late, resent and malformed ones among them) is
+  produced, and restarted each time as `lambdalake up` starts it. Then every Kafka record must be
+  landed in raw_events or dead-lettered exactly once (checked by partition and offset), and, once
+  the batch layer has recomputed every day, every view must equal the independent oracle
+  (`tests/oracle.py`) exactly.
+- **Broker kill:** the broker killed with `kill -9` while valid events are produced (each with an id of
+  its own), then started again; the speed layer's watchdog (`services.watch_speed`, what the
+  watchdog DAG runs) polled every 10 s meanwhile. Every record the producer saw acknowledged must be
+  in raw_events, and every record in the topic landed once.
+- **Batch kill:** a day's recompute sent to the batch engine as the nightly task sends it, the engine
+  killed with `kill -9` at a random moment of it (uniform over an unkilled run's time: during the
+  reads, the quality checks, the Delta commits or the ledger write), brought back by its watchdog
+  (`batch_engine.watch`) and the task rerun, each time after more events of the day landed. Each
+  rerun must converge to the oracle's rows, and a reader polling every merged view meanwhile must
+  see each view's day as it was or as it became, never a mix.
+- **Hostile input:** records broken in each of :data:`KINDS` ways, mixed with valid events: every
+  record in the topic landed or dead-lettered exactly once, the valid ones landed, the speed layer
+  never restarted. A record of 10 MB, over Kafka's 1 MB limit, is refused when sent and never reaches
+  the topic; the refusals are counted.
+- **Hostile queries:** clients sending queries that would run for long, take much memory or reach
+  outside the sandbox through `POST /query`, while others send point queries: each bad query must be
+  stopped or refused with a one-line error, the server must stay up, and the point queries' p99 is
+  reported against 50 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import psutil
+import requests
+
+from domains import producer
+from domains.clickstream import generator
+from domains.producer import Record
+from domains.sample import Mix
+from infra import batch_engine, kafka, processes, services
+from infra import spark as sparks
+from infra.settings import Settings
+from serving_layer import engine
+from views import all_views, timebase
+
+#: Events per second a scenario's producer sends (in one chunk a second): 1,000,000 take 400 s.
+SEND_RATE = 2_500
+#: Seconds between two polls of the speed layer's watchdog during the broker kill.
+WATCH_EVERY = 10
+#: Seconds the hostile-query clients run.
+QUERY_SECONDS = 90
+BAD_CLIENTS, POINT_CLIENTS = 20, 8
+
+
+@dataclass
+class Landing:
+    """The topic's records against what the speed layer wrote, counted by partition and offset."""
+
+    produced: int
+    landed: int
+    dead: int
+    #: Records written more than once (to raw_events or dead_letters), and records written nowhere.
+    repeated: int
+    lost: int
+
+
+@dataclass
+class Storm:
+    events: int
+    kills: int
+    restart_seconds: list[float]
+    landing: Landing
+    #: Per view: rows that differ from the oracle's (missing, extra or with other measures), of its rows.
+    differing: dict[str, tuple[int, int]]
+
+
+@dataclass
+class BrokerKill:
+    sent: int
+    acknowledged: int
+    #: Acknowledged records not in raw_events.
+    lost: int
+    landing: Landing
+    watchdog: list[str]
+
+
+@dataclass
+class BatchRound:
+    #: Seconds into the task when the engine was killed, and the task's last error line ("" if it had
+    #: finished first).
+    killed_at: float
+    error: str
+    back_seconds: float
+    converged: bool
+    snapshots: int
+    #: Snapshots in which some view's day was neither as before the round nor as after it.
+    mixed: int
+
+
+@dataclass
+class BatchKill:
+    events_per_round: int
+    task_seconds: float
+    rounds: list[BatchRound]
+
+
+@dataclass
+class Hostile:
+    records: int
+    kinds: int
+    refused_by_broker: int
+    landing: Landing
+    valid_landed: int
+    valid: int
+    speed_restarts: int
+
+
+@dataclass
+class Queries:
+    #: Per bad query: its name -> (times sent, outcomes: one-line HTTP error detail -> count).
+    bad: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    points: list[float] = field(default_factory=list)
+    point_errors: int = 0
+    server_up: bool = True
+
+
+def _landing(settings: Settings) -> Landing:
+    _, [(landed, distinct_landed, dead, distinct_dead)] = engine.query(settings, (
+        'SELECT (SELECT count(*) FROM raw_events), (SELECT count(DISTINCT ("partition", "offset")) FROM raw_events), '
+        '(SELECT count(*) FROM dead_letters), (SELECT count(DISTINCT ("partition", "offset")) FROM dead_letters)'))
+    produced = sum(kafka.end_offsets(settings, settings.topic).values())
+    return Landing(produced, landed, dead, landed - distinct_landed + dead - distinct_dead,
+                   produced - distinct_landed - distinct_dead)
+
+
+def _chunks(records: list[Record]):
+    """``records`` in order, one chunk of :data:`SEND_RATE` a second."""
+    for start in range(0, len(records), SEND_RATE):
+        yield records[start:start + SEND_RATE]
+        time.sleep(1)
+
+
+def _send(settings: Settings, records: list[Record]) -> None:
+    for chunk in _chunks(records):
+        producer.send(settings, chunk)
+
+
+def _kill_speed(settings: Settings) -> None:
+    pid = processes.running_pid(settings, services.SPEED)
+    group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    os.killpg(pid, signal.SIGKILL)
+    psutil.wait_procs(group, timeout=30)
+
+
+def _differing(settings: Settings, records: list[Record]) -> dict[str, tuple[int, int]]:
+    """Per view, its merged rows that differ from the oracle's, and the oracle's row count."""
+    from tests import oracle
+    from tests.compare import assert_measures, merged_rows
+
+    expected, found = oracle.views(records), {}
+    for view in all_views(settings.view_modules, settings.domain).values():
+        want, got = expected[view.name], merged_rows(settings, view)
+        wrong = len(want.keys() ^ got.keys())
+        for key in want.keys() & got.keys():
+            try:
+                assert_measures(view, got[key], want[key], key)
+            except AssertionError:
+                wrong += 1
+        found[view.name] = (wrong, len(want))
+    return found
+
+
+def _recompute_all(settings: Settings, records: list[Record]) -> None:
+    """The batch layer's recompute of every day the records' events fall on."""
+    from batch_layer.recompute import recompute_day
+
+    days = set()
+    for record in records:
+        try:
+            days.add(datetime.fromisoformat(json.loads(record.value)["event_time"]).date())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    spark = sparks.session(settings, "lambdalake-bench-reliability")
+    for day in sorted(days):
+        recompute_day(spark, settings, timebase.day_start(day), timebase.day_start(day) + timebase.DAY)
+
+
+def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
+    now = datetime.now(timezone.utc)
+    records = generator.generate(now - timedelta(hours=2), now, events, seed=31, shaped=False)
+    services.start_speed(settings)
+    sender = threading.Thread(target=_send, args=(settings, records), daemon=True)
+    sender.start()
+    rng, restarts = random.Random(7), []
+    for kill in range(kills):
+        time.sleep(rng.uniform(1, 10))
+        _kill_speed(settings)
+        began = time.monotonic()
+        services.start_speed(settings)
+        restarts.append(time.monotonic() - began)
+        say(f"  kill {kill + 1}: back in {restarts[-1]:.1f} s")
+    sender.join()
+    services.wait_for_landing(settings, timeout=1800)
+    landing = _landing(settings)
+    services.stop_speed(settings)
+    say("  the batch layer's recompute of every day, then each view against the oracle ...")
+    _recompute_all(settings, records)
+    storm = Storm(len(records), kills, restarts, landing, _differing(settings, records))
+    say(f"  {landing}; rows differing from the oracle: {storm.differing}")
+    return storm
+
+
+def broker_kill(settings: Settings, broker: Settings, events: int, say) -> BrokerKill:
+    now = datetime.now(timezone.utc)
+    records = generator.generate(now - timedelta(minutes=8), now, events, seed=32, shaped=False,
+                                 mix=Mix(late=0, duplicate=0, malformed=0))
+    services.start_speed(settings)
+    acked: list[Record] = []
+
+    def send() -> None:
+        for chunk in _chunks(records):
+            try:
+                errors = producer.publish(settings, ((r.key, r.value, None) for r in chunk), settings.topic)
+            except ValueError:  # no broker to send to: the chunk is not acknowledged
+                continue
+            acked.extend(r for r, error in zip(chunk, errors) if error is None)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    time.sleep(len(records) / SEND_RATE / 3)
+    say("  kill -9 of the broker ...")
+    os.kill(processes.running_pid(broker, kafka.NAME), signal.SIGKILL)
+    time.sleep(5)
+    kafka.start(broker)
+    watchdog = []
+    while sender.is_alive():
+        watchdog.append(services.watch_speed(settings))
+        sender.join(WATCH_EVERY)
+    watchdog.append(services.watch_speed(settings))
+    services.wait_for_landing(settings, timeout=900)
+    ids = {json.loads(r.value)["event_id"] for r in acked}
+    _, [(found,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
+                                           "(SELECT unnest($ids))", {"ids": sorted(ids)})
+    landing = _landing(settings)
+    services.stop_speed(settings)
+    say(f"  {len(acked):,} of {len(records):,} acknowledged, {len(ids) - found:,} of them missing; {landing}")
+    return BrokerKill(len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"])
+
+
+#: The one kind whose records keep the id of the valid event they were made from.
+SAME_ID = "same id, other body"
+
+
+def _finished(task) -> str:
+    """Wait for a task process: the last line of its errors ("" if it succeeded)."""
+    _, errors = task.communicate(timeout=900)
+    return (errors.strip().splitlines() or ["failed"])[-1] if task.returncode else ""
+
+
+def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
+    from speed_layer.queries import ensure_tables
+    from tests import oracle
+    from tests.compare import day_measures, merged_rows
+    from tests.integration.records import land
+
+    day = timebase.day_start(datetime.now(timezone.utc).date() - 2 * timebase.DAY)
+    views = all_views(settings.view_modules, settings.domain)
+    spark = sparks.session(settings, "lambdalake-bench-batch-kill")
+    ensure_tables(spark, settings)
+    batch_engine.start(settings)
+    records, rng, rounds = [], random.Random(11), []
+
+    def landed(seed: int) -> dict:
+        """Land another ``events`` of the day (and around it); each view's day as the oracle has it then."""
+        more = generator.generate(day - timebase.DAY, day + 2 * timebase.DAY, events, seed=seed)
+        land(spark, settings, more)
+        records.extend(more)
+        expected = oracle.views(records)
+        return {name: day_measures(view, expected[name], day) for name, view in views.items()}
+
+    def merged() -> dict:
+        return {name: day_measures(view, merged_rows(settings, view), day) for name, view in views.items()}
+
+    landed(40)
+    began = time.monotonic()
+    if error := _finished(batch_engine.day_task(settings, day)):
+        raise RuntimeError(f"the batch kill's first recompute failed: {error}")
+    duration, before = time.monotonic() - began, merged()
+    try:
+        for kill in range(kills):
+            new, seen, reading = landed(41 + kill), [], threading.Event()
+
+            def read() -> None:
+                while not reading.is_set():
+                    seen.append(merged())
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            task, at = batch_engine.day_task(settings, day), rng.uniform(0, duration)
+            time.sleep(at)
+            os.kill(processes.running_pid(settings, batch_engine.NAME), signal.SIGKILL)
+            error, began = _finished(task), time.monotonic()
+            batch_engine.watch(settings)
+            back = time.monotonic() - began
+            rerun = _finished(batch_engine.day_task(settings, day))
+            reading.set()
+            reader.join()
+            after = merged()
+            rounds.append(BatchRound(at, error, back, not rerun and after == new, len(seen),
+                                     sum(any(s[n] not in (before[n], new[n]) for n in views) for s in seen)))
+            say(f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; converged "
+                f"{rounds[-1].converged}")
+            before = after
+    finally:
+        batch_engine.stop(settings)
+    return BatchKill(events, duration, rounds)
+
+
+def _kinds() -> dict[str, Callable[[dict], bytes]]:
+    """Ways to break a valid event (a dict) into a record's bytes; each is a malformation the speed
+    layer must dead-letter, or (schema drift, duplicates) land as its rules say."""
+    def dumps(event) -> bytes:
+        return json.dumps(event).encode()
+
+    def with_(**changes):
+        return lambda e: dumps({**e, **changes})
+
+    def without(name):
+        return lambda e: dumps({k: v for k, v in e.items() if k != name})
+
+    def nested(e):
+        return ("{\"a\":" * 5000 + "1" + "}" * 5000).encode()
+
+    return {
+        "random bytes": lambda e: random.Random(e["event_id"]).randbytes(200),
+        "invalid UTF-8": lambda e: dumps(e).replace(b'"page_view"', b'"page_\xff\xfeview"'),
+        "truncated JSON": lambda e: dumps(e)[:-7],
+        "JSON array": lambda e: dumps([e]),
+        "JSON scalar": lambda e: b"42",
+        "JSON null": lambda e: b"null",
+        "empty value": lambda e: b"",
+        "deep nesting": nested,
+        "oversized (64 KB)": with_(page="x" * 2**16),
+        "NaN number": lambda e: dumps(e)[:-1] + b', "amount": NaN}',
+        "infinite number": lambda e: dumps(e)[:-1] + b', "amount": Infinity}',
+        "far-future time": with_(event_time="9999-12-31T23:59:59Z"),
+        "pre-1970 time": with_(event_time="1969-07-20T20:17:00Z"),
+        "time as a number": with_(event_time=1_700_000_000),
+        "bad time string": with_(event_time="2026-13-45T99:00:00Z"),
+        "missing event_id": without("event_id"),
+        "missing event_type": without("event_type"),
+        "null user_id": with_(user_id=None),
+        "retyped user_id": with_(user_id=[1, 2]),
+        "unknown event_type": with_(event_type="teleport"),
+        "bad quantity": with_(event_type="purchase", product_id="p1", quantity="many", amount=1),
+        "NUL bytes": lambda e: dumps(e).replace(b'"page_view"', b'"page\\u0000view"'),
+        "byte-order mark": lambda e: b"\xef\xbb\xbf" + dumps(e),
+        "duplicate keys": lambda e: dumps(e)[:-1] + b', "event_type": 7}',
+        "new field (schema drift)": with_(referrer={"host": "example.com"}),
+        SAME_ID: with_(page="/elsewhere"),
+    }
+
+
+KINDS = tuple(_kinds())
+def _renamed(record: Record, kind: str, event_id: str) -> dict:
+    """The record's event, with an id of its own unless ``kind`` is :data:`SAME_ID`."""
+    event = json.loads(record.value)
+    return event if kind == SAME_ID else {**event, "event_id": event_id}
+
+
+def hostile_input(settings: Settings, per_kind: int, say) -> Hostile:
+    """``per_kind`` records broken in each of :data:`KINDS` ways, each from a valid page view of its own
+    that is sent too, among as many other valid events."""
+    now = datetime.now(timezone.utc)
+    valid = generator.generate(now - timedelta(minutes=8), now, 2 * per_kind * len(KINDS), seed=33, shaped=False,
+                               mix=Mix(late=0, duplicate=0, malformed=0))
+    page_views = [r for r in valid if json.loads(r.value)["event_type"] == "page_view"]
+    broken = [Record(good.send_at, good.key, brk(_renamed(good, name, f"broken-{i}-{j}")), "malformed")
+              for i, (name, brk) in enumerate(_kinds().items())
+              for j, good in enumerate(page_views[(i * per_kind + j) % len(page_views)] for j in range(per_kind))]
+    mixed = sorted(valid + broken, key=lambda r: r.send_at)
+    services.start_speed(settings)
+    pid = processes.running_pid(settings, services.SPEED)
+    _send(settings, mixed)
+    big = producer.publish(settings, [(b"big", b"x" * 10 * 2**20, None)], settings.topic)
+    services.wait_for_landing(settings, timeout=900)
+    _, [(landed_valid,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
+                                                  "(SELECT unnest($ids))",
+                                        {"ids": [json.loads(r.value)["event_id"] for r in valid]})
+    restarts = int(processes.running_pid(settings, services.SPEED) != pid)
+    landing = _landing(settings)
+    services.stop_speed(settings)
+    say(f"  {len(mixed):,} records, {len(KINDS)} kinds of malformation; valid landed {landed_valid:,} of "
+        f"{len(valid):,}; {landing}")
+    return Hostile(len(mixed), len(KINDS), sum(error is not None for error in big), landing, landed_valid,
+                   len(valid), restarts)
+
+
+#: Queries a hostile client sends: each must be stopped or refused in one line.
+BAD_QUERIES = {
+    "a cross join of three views": 'SELECT count(*) FROM page_views_per_minute a, page_views_per_minute b, '
+                                   'page_views_per_minute c',
+    "a trillion-row range": "SELECT sum(range) FROM range(1000000000000)",
+    "an endless recursive CTE": "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) "
+                                "SELECT count(*) FROM t",
+    "a memory-hungry aggregate": "SELECT list(repeat('x', 1000)) FROM range(100000000)",
+    "deeply nested parentheses": "SELECT " + "(" * 100_000 + "1" + ")" * 100_000,
+    "a file read": "SELECT * FROM read_csv('/etc/passwd')",
+    "a setting read": "SELECT current_setting('memory_limit')",
+    "two statements": "SELECT 1; SELECT 2",
+}
+
+
+def hostile_queries(settings: Settings, say) -> Queries:
+    """:data:`BAD_CLIENTS` clients cycling through :data:`BAD_QUERIES` and :data:`POINT_CLIENTS`
+    clients sending point queries of one page's minute, for :data:`QUERY_SECONDS`."""
+    services.start_serving(settings)
+    url = settings.serve_url + "query"
+    _, keys = engine.query(settings, "SELECT page, window_start FROM page_views_per_minute LIMIT 1000")
+    result, lock, stop = Queries(), threading.Lock(), time.monotonic() + QUERY_SECONDS
+
+    def bad(client: int) -> None:
+        names = list(BAD_QUERIES)
+        for n in range(client, 10**9):
+            if time.monotonic() > stop:
+                return
+            name = names[n % len(names)]
+            response = requests.post(url, json={"sql": BAD_QUERIES[name]}, timeout=120)
+            outcome = (f"{response.status_code}: " + response.json().get("detail", "")) if not response.ok \
+                else f"{response.status_code}: answered"
+            with lock:
+                sent, outcomes = result.bad.get(name, (0, {}))
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                result.bad[name] = (sent + 1, outcomes)
+
+    def point(client: int) -> None:
+        rng = random.Random(client)
+        while time.monotonic() < stop:
+            page, minute = rng.choice(keys)
+            began = time.perf_counter()
+            response = requests.post(url, timeout=60, json={"sql": (
+                f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
+                f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")})
+            with lock:
+                result.points.append(time.perf_counter() - began)
+                result.point_errors += not response.ok
+
+    threads = [threading.Thread(target=bad, args=(i,)) for i in range(BAD_CLIENTS)]
+    threads += [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        result.server_up &= services.serving_healthy(settings)
+        time.sleep(2)
+    say(f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries")
+    processes.stop(settings, services.SERVING)
+    return result
