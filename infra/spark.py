@@ -41,6 +41,11 @@ ENGINE_JVM_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:+UseG1GC -XX:G1PeriodicGC
 CODEGEN_CLASSES, ENGINE_CODEGEN_CLASSES = 1000, 100
 #: On a cluster, the cores and memory one application (the speed layer, the batch engine) takes, so
 #: that they share it.
+#: The batch engine's pools of threads that wait on its queries' stages and broadcasts: a few per run
+#: in flight, where Spark allows up to 1,024 each, idle ones kept 60 s (after a 30-day backfill, 180
+#: more threads than after a nightly run, each with its stack, were still waiting at rest).
+ENGINE_THREADS = {f"spark.sql.{pool}.maxThreadThreshold": "16"
+                  for pool in ("shuffleExchange", "broadcastExchange", "resultQueryStage")}
 CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.cores": "2", "spark.executor.memory": "1g",
                  "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
@@ -52,6 +57,7 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
     tmp.mkdir(parents=True, exist_ok=True)
     return {
         **({} if master.startswith("local") else CLUSTER_SHARE),
+        **(ENGINE_THREADS if engine else {}),
         "spark.jars": ",".join(jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
