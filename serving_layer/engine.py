@@ -215,6 +215,8 @@ class Engine:
         self._retired: set[str] = set()
         #: Queries that passed the sandbox's check, with the relations they were checked against.
         self._passed: dict[str, set[str]] = {}
+        #: How many versions of each table were copied into the database so far.
+        self._copied: Counter[str] = Counter()
 
     def refresh(self) -> _State:
         """What is registered now, opening the tables whose Delta log changed."""
@@ -286,7 +288,14 @@ class Engine:
             self._db.execute(f'CREATE TABLE "{copy}" AS FROM {source}{order}')
         finally:
             self._db.unregister("_version")
+        self._copied[name] += 1
         return copy
+
+    def copied(self) -> Counter[str]:
+        """How many versions of each table were copied into the database so far (a table :data:`SCANNED`
+        is read in place, never copied)."""
+        with self._lock:
+            return Counter(self._copied)
 
     def _view_sql(self, registered: dict) -> dict[str, str]:
         partials = self._tables[tables.SPEED_PARTIALS.name].dataset
@@ -344,6 +353,11 @@ def _engine(settings: Settings) -> Engine:
 def query(settings: Settings, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound) in the sandbox against the merged views; the column names and rows."""
     return _engine(settings).query(sql, params)
+
+
+def copied(settings: Settings) -> Counter[str]:
+    """How many versions of each table the engine for ``settings`` has copied so far (:meth:`Engine.copied`)."""
+    return _engine(settings).copied()
 
 
 def with_data(settings: Settings) -> set[str]:
