@@ -74,11 +74,14 @@ class Settings:
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000
+    #: A query still running after this many seconds goes on in the slow lane, one at a time
+    #: (serving_layer.engine), leaving the cores to the short ones.
+    query_fast_lane_seconds: float = 1.0
     #: The query engine (DuckDB; the CLI's, the HTTP API's) uses at most this much memory, for its copies of
     #: the views' tables and every query running at once, and this many threads; a query that would need
     #: more memory is refused (nothing spills to disk).
     query_memory_limit: str = "2GB"
-    query_threads: int = 2
+    query_threads: int = 1
     #: The HTTP API and dashboard (`lambdalake serve`): where it listens, and the token it requires
     #: (off loopback a token is generated if none is set; serving_layer.api).
     serve_host: str = "127.0.0.1"

@@ -4,10 +4,14 @@ Every declared view is a SQL view of the same name: batch rows of its final days
 others (serving_layer.merge); the master dataset and dead letters are there too, as ``raw_events`` and
 ``dead_letters``. An :class:`Engine` serves many queries: it opens a table again only when its Delta
 log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) on a cursor of its own,
-so readers run side by side. Each version of the tables the views read is copied once into DuckDB's
-own storage, where a point query takes a millisecond (a version that only appends, as a micro-batch's
-does, from the last copy plus its new files); the master dataset and dead letters, which grow with
-every micro-batch, are scanned in place.
+so readers run side by side. A query still running after ``query_fast_lane_seconds`` is stopped and
+run again, for the rest of its time limit, in the slow lane: one query at a time, on a thread of lower
+CPU priority, so that a few long queries cannot take the cores from the many short ones.
+
+Each version of the tables the views read is copied once into DuckDB's own storage, where a point
+query takes a millisecond (a version that only appends, as a micro-batch's does, from the last copy
+plus its new files); the master dataset and dead letters, which grow with every micro-batch, are
+scanned in place.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (batch_layer.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
@@ -22,6 +26,7 @@ import os
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -51,6 +56,8 @@ SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
 #: (a file system may stamp two changes within one clock tick alike).
 SETTLED_NS = 1_000_000_000
+#: The slow lane's thread runs at this niceness (the process's threads at 0 take the cores first).
+SLOW_LANE_NICENESS = 10
 #: How many checked queries an engine remembers (it forgets them all when it has this many).
 PASSED = 10_000
 
@@ -217,6 +224,7 @@ class Engine:
         self._passed: dict[str, set[str]] = {}
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
+        self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
 
     def refresh(self) -> _State:
         """What is registered now, opening the tables whose Delta log changed."""
@@ -316,19 +324,48 @@ class Engine:
                 if len(self._passed) >= PASSED:
                     self._passed.clear()
                 self._passed[sql] = known
-            return sandbox.run(cursor.con, sql, self.settings.query_timeout_seconds, self.settings.query_max_rows, params)
+            return self._run(cursor.con, sql, params)
         finally:
             with self._lock:
                 self._idle.append(cursor)
                 self._running -= Counter([state])
                 self._drop_unused()
 
+    def _run(self, con: duckdb.DuckDBPyConnection, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
+        """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``; if it runs longer, stop it and
+        run it again in the slow lane until its time limit (waiting its turn counts)."""
+        limit, fast, rows = (self.settings.query_timeout_seconds, self.settings.query_fast_lane_seconds,
+                             self.settings.query_max_rows)
+        deadline = time.monotonic() + limit
+        try:
+            return sandbox.run(con, sql, min(fast, limit), rows, params)
+        except sandbox.TimeLimit:
+            if fast >= limit:
+                raise
+
+        def slow() -> tuple[list[str], list[tuple]]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise sandbox.TimeLimit(limit)
+            try:
+                return sandbox.run(con, sql, left, rows, params)
+            except sandbox.TimeLimit:
+                raise sandbox.TimeLimit(limit) from None
+
+        return self._slow_lane.submit(slow).result()
+
     def close(self) -> None:
+        self._slow_lane.shutdown(cancel_futures=True)
         with self._lock:
             for cursor in self._idle:
                 cursor.con.close()
             self._idle.clear()
             self._db.close()
+
+
+def _lower_priority() -> None:
+    """Give the calling thread (Linux schedules each thread on its own) :data:`SLOW_LANE_NICENESS`."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SLOW_LANE_NICENESS)
 
 
 _engines: dict[Settings, Engine] = {}

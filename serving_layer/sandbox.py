@@ -31,6 +31,14 @@ class QueryError(ValueError):
     """A query that cannot run; the message is one line."""
 
 
+class TimeLimit(QueryError):
+    """A query stopped at its time limit."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"stopped after {seconds:g} s, the time limit (setting query_timeout_seconds); "
+                         f"narrow the query with WHERE or aggregate")
+
+
 def _one_line(error: object) -> str:
     return " ".join(str(error).split())
 
@@ -114,8 +122,7 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
         rows = result.fetchmany(max_rows + 1)
         con.abort()  # the rows beyond the limit, so that the cursor can be used again
     except duckdb.InterruptException:
-        raise QueryError(f"stopped after {timeout:g} s, the time limit (setting query_timeout_seconds); "
-                         f"narrow the query with WHERE or aggregate") from None
+        raise TimeLimit(timeout) from None
     except duckdb.OutOfMemoryException:
         raise QueryError(f"refused: needs more memory than the limit, {memory_limit_of(con)} (setting "
                          f"query_memory_limit); narrow the query with WHERE or aggregate") from None

@@ -2,7 +2,9 @@
 every route to files, settings, catalogs, DDL and DML is refused with one line and writes nothing; the
 time and row limits hold; a long-lived engine sees new Delta versions and switches of a view's version."""
 
+import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 
@@ -238,3 +240,32 @@ def test_a_switch_of_version_shows_at_the_next_query(settings):
         versions.switch(settings, {view: catalog.batch(view, label).name}, datetime.now(UTC),
                         versions.snapshot(settings, [view]))
         assert served() == [(views,)]
+
+
+def test_a_query_past_the_fast_lane_is_answered_from_the_slow_lane(settings):
+    """A query still running after ``query_fast_lane_seconds`` is run again in the slow lane, where it
+    finishes (on a thread of lower priority), or is stopped at its time limit, counted from its start."""
+    lanes = settings.with_overrides(query_fast_lane_seconds=0.01, query_timeout_seconds=5)
+    slow = "SELECT count(*) FROM range(300000000) WHERE range % 7 = 0"
+    assert engine.query(lanes, slow)[1] == [(42_857_143,)]
+    niceness = engine._engine(lanes)._slow_lane.submit(lambda: os.getpriority(os.PRIO_PROCESS, 0)).result()
+    assert niceness == engine.SLOW_LANE_NICENESS
+    stopped = settings.with_overrides(query_fast_lane_seconds=0.2, query_timeout_seconds=1)
+    began = time.monotonic()
+    with pytest.raises(QueryError, match=r"^stopped after 1 s, the time limit"):
+        engine.query(stopped, "SELECT count(*) FROM range(1000000000) a, range(1000000000) b WHERE a.range <> b.range")
+    assert time.monotonic() - began < 3
+
+
+def test_slow_queries_take_the_slow_lane_one_at_a_time(settings):
+    """Two queries past the fast lane at once: one runs in the slow lane while the other waits its turn,
+    and the waiting counts against its time limit."""
+    lanes = settings.with_overrides(query_fast_lane_seconds=0.1, query_timeout_seconds=2)
+    endless = "SELECT count(*) FROM range(1000000000) a, range(1000000000) b WHERE a.range <> b.range"
+    with ThreadPoolExecutor(2) as pool:
+        began = time.monotonic()
+        runs = [pool.submit(engine.query, lanes, endless) for _ in range(2)]
+        for run in runs:
+            with pytest.raises(QueryError, match=r"^stopped after 2 s, the time limit"):
+                run.result()
+    assert time.monotonic() - began < 3.5  # the second one did not get 2 s of its own after the first
