@@ -53,13 +53,17 @@ def url(settings: Settings) -> str:
             f"/{DATABASE}")
 
 
-def _program(name: str) -> str:
-    """``name`` of the newest PostgreSQL that Debian's packages installed."""
-    found = sorted((p for p in DEBIAN_PROGRAMS.glob(f"*/bin/{name}") if p.parts[-3].isdigit()),
-                   key=lambda p: int(p.parts[-3]))
+def _program(settings: Settings, name: str) -> str:
+    """``name`` of the PostgreSQL that made the cluster (a newer major version cannot read its files), or
+    of the newest that Debian's packages installed for a cluster still to make."""
+    made = data(settings) / "PG_VERSION"
+    major = made.read_text().strip() if made.exists() else None
+    found = sorted((p for p in DEBIAN_PROGRAMS.glob(f"*/bin/{name}") if p.parts[-3].isdigit()
+                    and major in (None, p.parts[-3])), key=lambda p: int(p.parts[-3]))
     if not found:
-        raise processes.ServiceError(f"PostgreSQL's {name} is not in {DEBIAN_PROGRAMS}/<version>/bin: install "
-                                     f"Debian's postgresql (`make setup` does) or set airflow_database to \"sqlite\"")
+        wanted = f"postgresql-{major}, which made {data(settings)}" if major else "postgresql (`make setup` does)"
+        raise processes.ServiceError(f"PostgreSQL's {name} is not in {DEBIAN_PROGRAMS}/{major or '<version>'}/bin: "
+                                     f"install Debian's {wanted}, or set airflow_database to \"sqlite\"")
     return str(found[-1])
 
 
@@ -81,7 +85,7 @@ def _run(settings: Settings, owner: dict, program: str, *args: str) -> None:
     log = processes.log_file(settings, NAME)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        done = subprocess.run([_program(program), *args], stdout=out, stderr=subprocess.STDOUT,
+        done = subprocess.run([_program(settings, program), *args], stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, cwd=_folder(settings), **owner)
     if done.returncode:
         raise processes.ServiceError(f"PostgreSQL's {program} failed (exit {done.returncode}){processes.log_tail(log)}")
@@ -91,10 +95,16 @@ def _initdb(settings: Settings, owner: dict) -> None:
     """Make the cluster, its superuser ``airflow`` logging in with the deployment's password."""
     folder = _folder(settings)
     folder.mkdir(parents=True, exist_ok=True)
+    if owner:
+        os.chown(folder, owner["user"], owner["group"])
+        if subprocess.run(["test", "-x", str(folder)], **owner).returncode:
+            raise processes.ServiceError(f"PostgreSQL refuses to run as root, and the postgres user it runs as "
+                                         f"cannot reach {folder}: let it through the folders above (chmod o+x), "
+                                         f"or choose a home it can reach")
     secret = folder / "initdb-password"
     credentials.write_private(secret, _password(settings))
-    for path in (folder, secret) if owner else ():
-        os.chown(path, owner["user"], owner["group"])
+    if owner:
+        os.chown(secret, owner["user"], owner["group"])
     try:
         _run(settings, owner, "initdb", "-D", str(data(settings)), f"--username={ROLE}", f"--pwfile={secret}",
              "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C")
@@ -124,7 +134,7 @@ def start(settings: Settings, timeout: float = 60) -> None:
         owner = _owner()
         if not (data(settings) / "PG_VERSION").exists():
             _initdb(settings, owner)
-        processes.start(settings, NAME, [_program("postgres"), "-D", str(data(settings)),
+        processes.start(settings, NAME, [_program(settings, "postgres"), "-D", str(data(settings)),
                                          "-p", str(settings.airflow_database_port),
                                          "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="],
                         cwd=_folder(settings), **owner)
