@@ -204,6 +204,8 @@ def start(settings: Settings, timeout: float = 120) -> None:
     """Start the services that do not run (no-op if all run and are healthy) and wait until all are healthy."""
     if all(_running(settings, n) and _healthy(settings, n) for n in SERVICES):
         return
+    if settings.airflow_database == "postgresql" and not _running(settings, postgres.NAME):
+        stop(settings)  # services that lost their database (dying now, or stuck) start again with it
     if not _running(settings, API_SERVER):
         processes.require_free(settings.airflow_port, "Airflow API server")
     _prepare(settings)

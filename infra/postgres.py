@@ -6,8 +6,8 @@ into ``<home>/postgres/data`` on first start, then ``postgres`` as a supervised 
 only, no Unix socket. It serves Airflow alone: its one role, ``airflow`` (initdb's superuser), logs in
 over TCP with a password (SCRAM) generated into ``<home>/secrets/airflow-db-password`` (mode 600) and
 owns the database ``airflow``. ``infra.airflow`` starts it before Airflow's services and stops it after
-them, so ``lambdalake up`` (which also starts it again if it died), ``down`` and ``status`` cover it; the
-watchdog DAG cannot, since its own scheduler needs the database.
+them, so ``lambdalake up`` (which also starts it again if it went away, and Airflow's services with it),
+``down`` and ``status`` cover it; the watchdog DAG cannot, since its own scheduler needs the database.
 
 PostgreSQL refuses to run as root. Run by root, the cluster belongs to the ``postgres`` system user that
 Debian's package creates: ``<home>/postgres`` is handed to it, and initdb, postgres and pg_ctl run as it

@@ -1,6 +1,7 @@
 """Airflow with its metadata in PostgreSQL (the setting ``airflow_database``), in a deployment of its own
 beside the session's SQLite one: it comes up healthy with its own cluster, its scheduler runs a real
-batch_recompute run to success, whose record is in PostgreSQL, and stopping it leaves nothing running."""
+batch_recompute run to success, whose record is in PostgreSQL, starting it again brings back a database
+that went away, and stopping it leaves nothing running."""
 
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ def test_the_scheduler_runs_batch_recompute_with_its_metadata_in_postgresql(spar
         states = metadata.execute("SELECT state FROM dag_run WHERE run_id = %s", (run_id,)).fetchall()
     assert states == [("success",)]
     assert not (airflow.airflow_home(settings) / "airflow.db").exists()
+
+    assert postgres.stop(settings)  # the database gone under a running Airflow: starting it again (`up`) heals
+    airflow.start(settings)
+    assert all(service["healthy"] for service in airflow.status(settings).values())
 
     assert airflow.stop(settings)
     assert airflow.status(settings)[postgres.NAME]["running"] is False
