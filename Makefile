@@ -4,16 +4,24 @@ JARS    := .cache/jars
 MVN     := mvn -q -B -s $(CURDIR)/infra/jvm/settings.xml
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test test-fast bench up down status
+.PHONY: setup demo test test-fast bench up down status postgresql
 
 SUDO    := $(if $(filter 0,$(shell id -u)),,sudo)
+# Any version's initdb that Debian's PostgreSQL installed (none: it is installed by setup).
+INITDB  := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb))
 
-setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver
+setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver $(if $(INITDB),,postgresql)
 
 # Debian's headless Chromium and its WebDriver, for the browser tests (the dashboard, the Airflow UI).
 /usr/bin/chromedriver:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+
+# Debian's PostgreSQL server, for Airflow's metadata database when the setting airflow_database is
+# "postgresql" (infra/postgres.py; the tests run one).
+postgresql:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 
 .venv/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv

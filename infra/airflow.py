@@ -2,8 +2,9 @@
 services.
 
 Like ``airflow standalone``: LocalExecutor (its task processes forked with the batch tasks' libraries
-imported, ``infra.task_executor``) on SQLite and SimpleAuthManager, here with one admin user whose
-password comes from the settings, everything under ``<home>/airflow``, bound to 127.0.0.1. The DAGs
+imported, ``infra.task_executor``) on SQLite (or, as the setting ``airflow_database`` chooses, a
+PostgreSQL of the deployment's own, ``infra.postgres``) and SimpleAuthManager, here with one admin user
+whose password comes from the settings, everything under ``<home>/airflow``, bound to 127.0.0.1. The DAGs
 folder is ``dags/`` of this checkout; tasks import the layers (``PYTHONPATH``) and write to the same
 deployment (``LAMBDALAKE_HOME``). :class:`AirflowClient` drives it through the REST API v2.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 import requests
 import tenacity
 
-from infra import credentials, processes
+from infra import credentials, postgres, processes
 from infra.settings import REPO, Settings
 
 SCHEDULER = "airflow-scheduler"
@@ -98,7 +99,7 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "infra.task_executor.PreloadedLocalExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        **_database(settings),
         # a backfill's runs in flight, beside maintenance and the watchdog: tasks are thin clients of the
         # batch engine, not JVMs of their own
         "AIRFLOW__CORE__PARALLELISM": str(BATCH_RUNS_IN_FLIGHT + 2),
@@ -130,6 +131,15 @@ def env(settings: Settings) -> dict[str, str]:
     }
 
 
+def _database(settings: Settings) -> dict[str, str]:
+    """Where Airflow keeps its metadata: SQLite in its home, or the deployment's PostgreSQL."""
+    if settings.airflow_database == "postgresql":
+        # the same psycopg URL for Airflow's async engine, which would otherwise want asyncpg
+        return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url(settings),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": postgres.url(settings)}
+    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}"}
+
+
 def _airflow(*args: str) -> list[str]:
     return [sys.executable, "-m", "airflow", *args]
 
@@ -144,13 +154,19 @@ _COMMANDS = {
 
 
 def _prepare(settings: Settings) -> None:
-    """Write the admin's login and migrate the metadata database (once per Airflow version)."""
+    """Write the admin's login, start the metadata database if it is PostgreSQL, and migrate it (once per
+    Airflow version and database)."""
     home = airflow_home(settings)
     credentials.write_private(home / "passwords.json",
                               json.dumps({settings.airflow_user: credentials.airflow_password(settings)}))
-    marker = home / "migrated"
+    if settings.airflow_database == "postgresql":
+        postgres.start(settings)
+        database = postgres.data(settings)
+    else:
+        database = home / "airflow.db"
+    marker = database.with_name(f"{database.name}.migrated")  # beside the database, trusted while it exists
     wanted = version("apache-airflow-core")
-    if (home / "airflow.db").exists() and marker.exists() and marker.read_text().strip() == wanted:
+    if database.exists() and marker.exists() and marker.read_text().strip() == wanted:
         return
     settings.logs.mkdir(parents=True, exist_ok=True)
     log = processes.log_file(settings, "airflow-db-migrate")
@@ -188,6 +204,8 @@ def start(settings: Settings, timeout: float = 120) -> None:
     """Start the services that do not run (no-op if all run and are healthy) and wait until all are healthy."""
     if all(_running(settings, n) and _healthy(settings, n) for n in SERVICES):
         return
+    if settings.airflow_database == "postgresql" and not _running(settings, postgres.NAME):
+        stop(settings)  # services that lost their database (dying now, or stuck) start again with it
     if not _running(settings, API_SERVER):
         processes.require_free(settings.airflow_port, "Airflow API server")
     _prepare(settings)
@@ -234,12 +252,14 @@ def _parsed(client: AirflowClient) -> bool:
 
 
 def stop(settings: Settings) -> bool:
-    """Stop every Airflow service of the deployment; True if any was running."""
-    return any([processes.stop(settings, name) for name in SERVICES])
+    """Stop every Airflow service of the deployment, then its PostgreSQL if it has one; True if any was
+    running."""
+    return any([*(processes.stop(settings, name) for name in SERVICES), postgres.stop(settings)])
 
 
 def status(settings: Settings) -> dict[str, dict]:
-    """Per service: pid, running, healthy and the URL it serves (the UI and API, for the API server)."""
+    """Per service: pid, running, healthy and the URL it serves (the UI and API, for the API server; the
+    database, for its PostgreSQL if it has one)."""
     report = health(settings) or {}
     result = {}
     for name in SERVICES:
@@ -247,6 +267,8 @@ def status(settings: Settings) -> dict[str, dict]:
         healthy = pid is not None and (report.get(_HEALTH_KEY[name]) or {}).get("status") == "healthy"
         result[name] = {"pid": pid, "running": pid is not None, "healthy": healthy,
                         "url": settings.airflow_url if name == API_SERVER else None}
+    if settings.airflow_database == "postgresql":
+        result[postgres.NAME] = postgres.status(settings)
     return result
 
 

@@ -79,14 +79,15 @@ def require_free(port: int, purpose: str) -> None:
 
 
 def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None = None,
-          cwd: Path | None = None) -> int:
-    """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid."""
+          cwd: Path | None = None, **popen) -> int:
+    """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid.
+    ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process)."""
     settings.run.mkdir(parents=True, exist_ok=True)
     settings.logs.mkdir(parents=True, exist_ok=True)
     with open(log_file(settings, name), "ab") as log:
         proc = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, **popen,
         )
     created = psutil.Process(proc.pid).create_time()
     pid_file(settings, name).write_text(f"{proc.pid} {created}\n")

@@ -25,6 +25,12 @@ class Settings:
     airflow_user: str = "admin"
     #: None: generated on first use and kept in ``<home>/secrets`` (infra.secrets).
     airflow_password: str | None = None
+    #: Where Airflow keeps its metadata: ``sqlite`` (a file in the home, the embedded default) or
+    #: ``postgresql`` (a PostgreSQL cluster of the deployment's own, on 127.0.0.1 at
+    #: ``airflow_database_port``, beside a system PostgreSQL's 5432; infra.postgres), which lets several
+    #: of Airflow's processes write at once.
+    airflow_database: str = "sqlite"
+    airflow_database_port: int = 5433
     #: The bundled domain the deployment computes over (``domains.<domain>``: its source, dimensions, views).
     domain: str = "clickstream"
     #: Prefixed to the Kafka topics the domain declares (its events', its changelogs'), to tell the
@@ -104,6 +110,8 @@ class Settings:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.spark_conf, dict):
             object.__setattr__(self, "spark_conf", tuple(sorted(self.spark_conf.items())))
+        if self.airflow_database not in ("sqlite", "postgresql"):
+            raise ValueError(f"airflow_database {self.airflow_database!r}: expected \"sqlite\" or \"postgresql\"")
 
     def topic_of(self, declared: str) -> str:
         """The deployment's name of the topic a domain declares as ``declared``."""

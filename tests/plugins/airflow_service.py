@@ -1,10 +1,13 @@
 """pytest plugin: one real Airflow 3 (scheduler, dag-processor, API server) for the whole test session.
 
-It serves the session's ``deployment`` (tests/conftest.py), whose ports differ from a demo's.
+It serves the session's ``deployment`` (tests/conftest.py), whose ports differ from a demo's;
+:func:`running` brings up another deployment's Airflow the same way (tests/integration/test_airflow_postgres.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -21,11 +24,10 @@ class AirflowService:
     initial_dags: dict[str, dict]
 
 
-@pytest.fixture(scope="session")
-def airflow_service(batch_engine: Settings) -> AirflowService:
-    """The test deployment's running Airflow, DAGs parsed, its Connection to the batch engine made;
-    stopped, with nothing left, at the session's end."""
-    settings = batch_engine
+@contextmanager
+def running(settings: Settings) -> Iterator[AirflowService]:
+    """``settings``' Airflow running, DAGs parsed, its Connection to the batch engine made; stopped, with
+    nothing left, on exit."""
     services.start_airflow(settings)
     try:
         client = airflow.AirflowClient(settings)
@@ -34,3 +36,10 @@ def airflow_service(batch_engine: Settings) -> AirflowService:
         yield AirflowService(settings, client, {dag["dag_id"]: dag for dag in dags})
     finally:
         airflow.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def airflow_service(batch_engine: Settings) -> AirflowService:
+    """The test deployment's running Airflow (:func:`running`) for the whole session."""
+    with running(batch_engine) as service:
+        yield service
