@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serving_layer import engine
-from views import timebase
+from views import all_views, timebase
 
 #: 4 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)): the tests compare
 #: hundreds of windows at once, and at 3 sigma per window a correct sketch fails a run now and then
@@ -41,3 +41,14 @@ def merged_rows(settings, view) -> dict:
     """The merged view's rows, keyed as by :func:`keyed`."""
     columns, rows = engine.query(settings, f'SELECT * FROM "{view.name}"')
     return keyed(view, [dict(zip(columns, row)) for row in rows])
+
+
+def assert_final_and_exact(settings, expected: dict, start, end) -> None:
+    """Every view's merged rows in ``[start, end)`` are final batch rows equal to ``expected`` (the
+    oracle's rows of every view)."""
+    for name, view in all_views(settings.view_modules, settings.domain).items():
+        merged = {k: r for k, r in merged_rows(settings, view).items() if start <= k[0] < end}
+        assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
+        for key, row in merged.items():
+            assert (row["source"], row["is_final"]) == ("batch", True), (name, key)
+            assert_measures(view, row, expected[name][key], key)
