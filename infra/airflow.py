@@ -118,6 +118,10 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API__SECRET_KEY": keys["secret_key"],
         "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
+        # The tasks a dead scheduler ran (killed with what it left, infra.processes) are rerun by the next
+        # one once it sees the dead one's heartbeat over 30 s old: it looks as it starts, then every
+        # 15 s (Airflow's default: 5 minutes, which a restart within 30 s of the death would wait).
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         # Airflow's default: each parse of a DAG file imports the layers in a new process, which every 10 s
         # kept a third of a core busy on an idle deployment. The DAGs' Assets name the tables where the

@@ -37,17 +37,50 @@ def log_file(settings: Settings, name: str) -> Path:
 
 
 def running_pid(settings: Settings, name: str) -> int | None:
-    """The pid of service ``name`` if its process is alive, else None (a stale pid file is removed)."""
+    """The pid of service ``name`` if its process is alive, else None: then the stale pid file is
+    removed, and whatever the dead process's group left running (:func:`_left_behind`) is killed."""
     path = pid_file(settings, name)
     try:
         pid, created = path.read_text().split()[:2]
-        proc = psutil.Process(int(pid))
-        if proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - float(created)) < 1:
-            return proc.pid
-    except (FileNotFoundError, ValueError, IndexError, psutil.NoSuchProcess):
-        pass
+        pid, created = int(pid), float(created)
+    except (FileNotFoundError, ValueError):
+        path.unlink(missing_ok=True)
+        return None
+    try:
+        proc = psutil.Process(pid)
+        ours = abs(proc.create_time() - created) < 1
+        if ours and proc.status() != psutil.STATUS_ZOMBIE:
+            return pid
+    except psutil.NoSuchProcess:
+        ours = True
+    if ours:
+        _kill(_left_behind(pid))
     path.unlink(missing_ok=True)
     return None
+
+
+def _left_behind(group: int) -> list[psutil.Process]:
+    """The processes left in the process group of a service's dead leader, with their children (of
+    Airflow's scheduler: its executor's workers and the tasks they run, each in a group of its own;
+    docs/architecture.md says why they must go). A pid is not reused while a process group of that
+    number lives: every member is the service's."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != group and os.getpgid(proc.pid) == group:
+                members += [proc, *proc.children(recursive=True)]
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 def port_holder(port: int) -> str | None:

@@ -20,7 +20,7 @@ from domains.sample import Mix, counts
 from infra import kafka, processes, services, spark_cluster
 from serving_layer import engine
 from tests import browser, oracle
-from tests.compare import assert_measures, merged_rows, within_sketch_error
+from tests.compare import assert_final_and_exact, merged_rows, within_sketch_error
 from tests.conftest import HISTORY_DAYS
 from tests.extra_view import VIEW as EXTRA
 from views import all_views, timebase
@@ -48,16 +48,6 @@ def _settled(settings, views: dict, since: datetime, timeout: float = 300) -> di
         if {key: row["views"] for key, row in merged.items()} == views or time.monotonic() > deadline:
             return merged
         time.sleep(2)
-
-
-def _assert_batch_equals_oracle(settings, expected: dict, start: datetime, end: datetime) -> None:
-    """Every view's merged rows in [start, end) are final batch rows equal to the oracle."""
-    for name, view in all_views(settings.view_modules, settings.domain).items():
-        merged = {k: r for k, r in _merged(settings, name).items() if start <= k[0] < end}
-        assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
-        for key, row in merged.items():
-            assert (row["source"], row["is_final"]) == ("batch", True), (name, key)
-            assert_measures(view, row, expected[name][key], key)
 
 
 def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow_service, on_cluster_and_object_store):
@@ -95,7 +85,7 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         merged = _settled(settings, {key: views for key, (views, _) in page_views.items()}, first)
         assert services.speed_health(settings)["error"] is None  # bad records did not stop it
 
-        _assert_batch_equals_oracle(settings, expected, first, today)
+        assert_final_and_exact(settings, expected, first, today)
         assert set(merged) == set(page_views)
         for key, row in merged.items():
             if key[0] >= today:
@@ -152,5 +142,5 @@ def _late_events_reach_the_merged_view(settings, client, records: list, category
     client.unpause("late_data_recompute")
     run = client.trigger("late_data_recompute", datetime.now(timebase.UTC))
     client.wait_for_runs("late_data_recompute", [run], timeout=600)
-    _assert_batch_equals_oracle(settings, oracle.views(records + late, category), yesterday, today)
+    assert_final_and_exact(settings, oracle.views(records + late, category), yesterday, today)
     return late
