@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -58,6 +58,8 @@ SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
 SETTLED_NS = 1_000_000_000
 #: The slow lane's thread runs at this niceness (the process's threads at 0 take the cores first).
 SLOW_LANE_NICENESS = 10
+#: Seconds a query is given to stop once interrupted at its time limit.
+STOPPING_SECONDS = 1.0
 #: How many checked queries an engine remembers (it forgets them all when it has this many).
 PASSED = 10_000
 
@@ -181,6 +183,8 @@ class _Cursor:
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.con, self.state = con, _State()
+        #: The slow lane's run of a query on this cursor that its caller stopped waiting for.
+        self.abandoned: Future | None = None
 
     def sync(self, state: _State) -> None:
         """Register what changed between this cursor's state and ``state``."""
@@ -324,19 +328,27 @@ class Engine:
                 if len(self._passed) >= PASSED:
                     self._passed.clear()
                 self._passed[sql] = known
-            return self._run(cursor.con, sql, params)
+            return self._run(cursor, sql, params)
         finally:
             with self._lock:
-                self._idle.append(cursor)
                 self._running -= Counter([state])
                 self._drop_unused()
+            if cursor.abandoned is None:
+                self._give_back(cursor)
+            else:  # the cursor is free once the lane's run stopped
+                cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
 
-    def _run(self, con: duckdb.DuckDBPyConnection, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
+    def _give_back(self, cursor: _Cursor) -> None:
+        cursor.abandoned = None
+        with self._lock:
+            self._idle.append(cursor)
+
+    def _run(self, cursor: _Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``; if it runs longer, stop it and
         run it again in the slow lane until its time limit (waiting its turn counts)."""
         limit, fast, rows = (self.settings.query_timeout_seconds, self.settings.query_fast_lane_seconds,
                              self.settings.query_max_rows)
-        deadline = time.monotonic() + limit
+        con, deadline = cursor.con, time.monotonic() + limit
         try:
             return sandbox.run(con, sql, min(fast, limit), rows, params)
         except sandbox.TimeLimit:
@@ -352,7 +364,13 @@ class Engine:
             except sandbox.TimeLimit:
                 raise sandbox.TimeLimit(limit) from None
 
-        return self._slow_lane.submit(slow).result()
+        waiting = self._slow_lane.submit(slow)
+        try:  # a query in the lane that is slow to stop does not hold the ones behind it past their limits
+            return waiting.result(timeout=max(0.0, deadline - time.monotonic()) + STOPPING_SECONDS)
+        except TimeoutError:
+            if not waiting.cancel():
+                cursor.abandoned = waiting
+            raise sandbox.TimeLimit(limit) from None
 
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
