@@ -134,7 +134,7 @@ def _format_storage(settings: Settings) -> None:
                        check=True, capture_output=True, text=True)
 
 
-def node_healthy(settings: Settings, node: Node) -> bool:
+def healthy(settings: Settings, node: Node) -> bool:
     """True if ``node`` answers on its port and the cluster counts it among its live (unfenced) brokers."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
@@ -152,15 +152,10 @@ def node_healthy(settings: Settings, node: Node) -> bool:
         admin.close()
 
 
-def healthy(settings: Settings) -> bool:
-    """True if every broker is healthy (:func:`node_healthy`)."""
-    return all(node_healthy(settings, node) for node in nodes(settings))
-
-
 def status(settings: Settings) -> dict:
     """Each broker's pid, address and health, and whether they all are healthy."""
     brokers = [{"node": node.id, "pid": processes.running_pid(settings, node.name), "address": node.address,
-                "healthy": node_healthy(settings, node)} for node in nodes(settings)]
+                "healthy": healthy(settings, node)} for node in nodes(settings)]
     return {"address": settings.kafka_bootstrap, "healthy": all(b["healthy"] for b in brokers), "brokers": brokers}
 
 
@@ -176,7 +171,7 @@ def start(settings: Settings, timeout: float = 90) -> None:
         processes.start(settings, node.name, _java(settings, "kafka.Kafka", str(node.dir / "server.properties"),
                                                    heap="768m"))
     for node in nodes(settings):
-        processes.wait_until(lambda: node_healthy(settings, node), timeout, f"Kafka broker {node.name}",
+        processes.wait_until(lambda: healthy(settings, node), timeout, f"Kafka broker {node.name}",
                              log=processes.log_file(settings, node.name),
                              alive=lambda: processes.running_pid(settings, node.name) is not None)
     ensure_topics(settings)
