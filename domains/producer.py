@@ -25,13 +25,20 @@ class Record:
 #: How long to wait for the broker to answer at first (it runs on this machine: if it does not answer
 #: within seconds, it is down).
 BOOTSTRAP_TIMEOUT_MS = 10_000
+#: How long a record may take to be acknowledged, retries included (kafka-python wants more than its
+#: request timeout, 30 s): far longer than a cluster takes to move a killed broker's partitions to the
+#: others (its session timeout, 9 s).
+DELIVERY_TIMEOUT_MS = 60_000
 
 
 def _producer(settings: Settings):
+    """An idempotent producer that waits for every in-sync replica (``acks=all``): with a cluster's
+    min.insync.replicas 2, an acknowledged record is on two brokers, and resends add no copies."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=20,
-                         retries=10, max_request_size=1_048_576, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    return KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+                         linger_ms=20, delivery_timeout_ms=DELIVERY_TIMEOUT_MS, max_request_size=1_048_576,
+                         bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
 
 
 def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]],

@@ -1,8 +1,13 @@
-"""A single-node Kafka 4 broker in KRaft combined mode, run from the Maven jars, bound to 127.0.0.1."""
+"""Kafka 4 in KRaft combined mode (each node a broker and a controller), run from the Maven jars, bound to
+127.0.0.1: one broker, or a cluster of ``kafka_brokers`` whose controllers form the quorum."""
 
 from __future__ import annotations
 
+import base64
+import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra import processes
@@ -10,6 +15,7 @@ from infra.settings import JAR_CACHE, Settings
 from views import domain
 
 NAME = "kafka"
+HOST = "127.0.0.1"
 
 _LOG4J = """\
 rootLogger.level=INFO
@@ -25,28 +31,60 @@ logger.apache.level=WARN
 """
 
 
+@dataclass(frozen=True)
+class Node:
+    """One broker (and controller) of the deployment: its node.id, process name, ports and folder."""
+
+    id: int
+    name: str
+    port: int
+    controller_port: int
+    dir: Path
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
 def _dir(settings: Settings) -> Path:
     return settings.home / "kafka"
 
 
-def _server_properties(settings: Settings) -> str:
-    host = "127.0.0.1"
+def nodes(settings: Settings) -> list[Node]:
+    """The deployment's brokers: ``kafka`` alone (in the home's ``kafka`` folder), or ``kafka-1`` ..
+    ``kafka-N`` (each in a folder of that name inside it)."""
+    if settings.kafka_brokers == 1:
+        return [Node(1, NAME, settings.kafka_port, settings.kafka_controller_port, _dir(settings))]
+    return [Node(i, f"{NAME}-{i}", port, controller, _dir(settings) / f"{NAME}-{i}")
+            for i, (port, controller) in enumerate(settings.kafka_ports, 1)]
+
+
+def replication(settings: Settings) -> tuple[int, int]:
+    """Every topic's replication factor and min.insync.replicas: (1, 1) on one broker, (3, 2) on three."""
+    factor = min(settings.kafka_brokers, 3)
+    return factor, max(1, factor - 1)
+
+
+def _server_properties(settings: Settings, node: Node) -> str:
+    factor, min_isr = replication(settings)
     return "\n".join([
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.bootstrap.servers={host}:{settings.kafka_controller_port}",
-        f"listeners=PLAINTEXT://{host}:{settings.kafka_port},CONTROLLER://{host}:{settings.kafka_controller_port}",
-        f"advertised.listeners=PLAINTEXT://{host}:{settings.kafka_port}",
+        f"node.id={node.id}",
+        "controller.quorum.bootstrap.servers=" + ",".join(f"{HOST}:{n.controller_port}" for n in nodes(settings)),
+        f"listeners=PLAINTEXT://{node.address},CONTROLLER://{HOST}:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://{node.address}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
         "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        f"log.dirs={_dir(settings) / 'data'}",
+        f"log.dirs={node.dir / 'data'}",
         f"num.partitions={settings.topic_partitions}",
-        "offsets.topic.replication.factor=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
+        f"default.replication.factor={factor}",
+        f"min.insync.replicas={min_isr}",
+        f"offsets.topic.replication.factor={factor}",
+        f"transaction.state.log.replication.factor={factor}",
+        f"transaction.state.log.min.isr={min_isr}",
+        f"share.coordinator.state.topic.replication.factor={factor}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=false",
         "log.retention.hours=168",
@@ -65,69 +103,101 @@ def version() -> str:
     return jar.stem.split("-", 1)[1] if jar else "unknown"
 
 
+def _uuid() -> str:
+    """A random Kafka Uuid (16 bytes in unpadded base64url, never starting with ``-``), as
+    ``StorageTool random-uuid`` prints."""
+    while (uuid := base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()).startswith("-"):
+        pass
+    return uuid
+
+
 def _format_storage(settings: Settings) -> None:
-    """Write the config and format the KRaft storage once (a formatted log dir is kept)."""
-    home = _dir(settings)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "server.properties").write_text(_server_properties(settings))
-    (home / "log4j2.properties").write_text(_LOG4J)
-    if (home / "data" / "meta.properties").exists():
+    """Write the configs and format every node's KRaft storage once, with one cluster id and every
+    controller in the initial quorum (formatted log dirs are kept)."""
+    all_nodes = nodes(settings)
+    for node in all_nodes:
+        node.dir.mkdir(parents=True, exist_ok=True)
+        (node.dir / "server.properties").write_text(_server_properties(settings, node))
+    (_dir(settings) / "log4j2.properties").write_text(_LOG4J)
+    formatted = [node.name for node in all_nodes if (node.dir / "data" / "meta.properties").exists()]
+    if len(formatted) == len(all_nodes):
         return
-    cluster_id = subprocess.run(_java(settings, "kafka.tools.StorageTool", "random-uuid"),
-                                check=True, capture_output=True, text=True).stdout.split()[-1]
-    subprocess.run(_java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                         "-c", str(home / "server.properties"), "--standalone"),
-                   check=True, capture_output=True, text=True)
+    if formatted:
+        raise processes.ServiceError(f"Kafka's storage is formatted for {', '.join(formatted)} but not for the "
+                                     f"other brokers of kafka_brokers={settings.kafka_brokers}; move "
+                                     f"{_dir(settings)} away to start an empty cluster")
+    cluster_id = _uuid()
+    controllers = ",".join(f"{n.id}@{HOST}:{n.controller_port}:{_uuid()}" for n in all_nodes)
+    for node in all_nodes:
+        subprocess.run(_java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                             "-c", str(node.dir / "server.properties"), "--initial-controllers", controllers),
+                       check=True, capture_output=True, text=True)
 
 
-def healthy(settings: Settings) -> bool:
-    """True if the broker answers a metadata request."""
+def healthy(settings: Settings, node: Node) -> bool:
+    """True if ``node`` answers on its port and the cluster counts it among its live (unfenced) brokers."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=3000)
+        admin = KafkaAdminClient(bootstrap_servers=node.address, request_timeout_ms=3000)
     except (KafkaError, OSError, ValueError):
         return False
     try:
-        admin.list_topics()
-        return True
+        return any(broker["broker_id"] == node.id and not broker.get("is_fenced")
+                   for broker in admin.describe_cluster()["brokers"])
     except (KafkaError, OSError):
         return False
     finally:
         admin.close()
 
 
+def status(settings: Settings) -> dict:
+    """Each broker's pid, address and health, and whether they all are healthy."""
+    brokers = [{"node": node.id, "pid": processes.running_pid(settings, node.name), "address": node.address,
+                "healthy": healthy(settings, node)} for node in nodes(settings)]
+    return {"address": settings.kafka_bootstrap, "healthy": all(b["healthy"] for b in brokers), "brokers": brokers}
+
+
 def start(settings: Settings, timeout: float = 90) -> None:
-    """Start the broker (no-op if it runs) and create the topics."""
-    if processes.running_pid(settings, NAME) is None:
-        processes.require_free(settings.kafka_port, "Kafka broker")
-        processes.require_free(settings.kafka_controller_port, "Kafka controller")
+    """Start the brokers not running (a no-op if all run), wait until each is healthy, and create the topics."""
+    stopped = [node for node in nodes(settings) if processes.running_pid(settings, node.name) is None]
+    for node in stopped:
+        processes.require_free(node.port, "Kafka broker")
+        processes.require_free(node.controller_port, "Kafka controller")
+    if stopped:
         _format_storage(settings)
-        processes.start(settings, NAME, _java(settings, "kafka.Kafka", str(_dir(settings) / "server.properties"),
-                                              heap="768m"))
-    processes.wait_until(lambda: healthy(settings), timeout, "Kafka broker",
-                         log=processes.log_file(settings, NAME),
-                         alive=lambda: processes.running_pid(settings, NAME) is not None)
+    for node in stopped:
+        processes.start(settings, node.name, _java(settings, "kafka.Kafka", str(node.dir / "server.properties"),
+                                                   heap="768m"))
+    for node in nodes(settings):
+        processes.wait_until(lambda: healthy(settings, node), timeout, f"Kafka broker {node.name}",
+                             log=processes.log_file(settings, node.name),
+                             alive=lambda: processes.running_pid(settings, node.name) is not None)
     ensure_topics(settings)
 
 
 def stop(settings: Settings) -> bool:
-    return processes.stop(settings, NAME)
+    """Stop every broker, all at once (one by one, the last would wait for a quorum gone); True if one ran."""
+    all_nodes = nodes(settings)
+    with ThreadPoolExecutor(len(all_nodes)) as pool:
+        return any(list(pool.map(lambda node: processes.stop(settings, node.name), all_nodes)))
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create the domain's events topic and its dimensions' compacted changelog topics if missing."""
+    """Create the domain's events topic and its dimensions' compacted changelog topics if missing, each
+    replicated on as many brokers as :func:`replication` says."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    factor, _ = replication(settings)
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     try:
         existing = set(admin.list_topics())
         wanted = [
-            NewTopic(settings.topic, settings.topic_partitions, 1),
-            *(NewTopic(settings.topic_of(d.topic), 1, 1, topic_configs={"cleanup.policy": "compact"})
+            NewTopic(settings.topic, settings.topic_partitions, factor),
+            *(NewTopic(settings.topic_of(d.topic), 1, factor, topic_configs={"cleanup.policy": "compact"})
               for d in domain(settings.domain).dimensions),
         ]
         missing = [t for t in wanted if t.name not in existing]

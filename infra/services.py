@@ -167,13 +167,11 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
 
 def status(settings: Settings) -> dict:
     """What runs where, and whether it is healthy."""
-    kafka_pid = processes.running_pid(settings, kafka.NAME)
     speed_pid = processes.running_pid(settings, SPEED)
     report, problem = speed_health(settings), speed_problem(settings)
     return {
         "home": str(settings.home),
-        "kafka": {"pid": kafka_pid, "address": settings.kafka_bootstrap,
-                  "healthy": kafka_pid is not None and kafka.healthy(settings)},
+        "kafka": kafka.status(settings),
         "speed_layer": {"pid": speed_pid, "healthy": problem is None, "problem": problem,
                         "log": str(processes.log_file(settings, SPEED)), "health": report},
         "batch_engine": batch_engine.status(settings),

@@ -19,6 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Settings:
     home: Path
+    #: Kafka: one broker, or a cluster of this many on 127.0.0.1 (each also a KRaft controller; topics,
+    #: internal ones too, replicated min(brokers, 3) times with min.insync.replicas one fewer, at least 1).
+    #: Broker i (from 0) listens on kafka_port + 2i and its controller on kafka_controller_port + 2i.
+    kafka_brokers: int = 1
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     airflow_port: int = 8080
@@ -110,6 +114,11 @@ class Settings:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.spark_conf, dict):
             object.__setattr__(self, "spark_conf", tuple(sorted(self.spark_conf.items())))
+        ports = [port for pair in self.kafka_ports for port in pair]
+        if self.kafka_brokers < 1 or len(set(ports)) < len(ports):
+            raise ValueError(f"kafka_brokers {self.kafka_brokers} with kafka_port {self.kafka_port} and "
+                             f"kafka_controller_port {self.kafka_controller_port}: expected at least 1 broker and "
+                             f"ports that do not meet (broker i listens on both + 2i)")
         if self.airflow_database not in ("sqlite", "postgresql"):
             raise ValueError(f"airflow_database {self.airflow_database!r}: expected \"sqlite\" or \"postgresql\"")
 
@@ -125,8 +134,14 @@ class Settings:
         return self.topic_of(domain(self.domain).source.topic)
 
     @property
+    def kafka_ports(self) -> list[tuple[int, int]]:
+        """Each broker's (client, controller) port."""
+        return [(self.kafka_port + 2 * i, self.kafka_controller_port + 2 * i) for i in range(self.kafka_brokers)]
+
+    @property
     def kafka_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        """Every broker's address, for clients (any one of them answers)."""
+        return ",".join(f"127.0.0.1:{port}" for port, _ in self.kafka_ports)
 
     @property
     def airflow_url(self) -> str:

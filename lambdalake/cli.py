@@ -228,7 +228,10 @@ def _status(settings, as_json: bool) -> None:
         return
     print(f"home: {report['home']}")
     kafka = report["kafka"]
-    print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}  pid {kafka['pid']}")
+    print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}")
+    for broker in kafka["brokers"]:
+        print(f"  broker {broker['node']}   {'healthy' if broker['healthy'] else 'DOWN':8} {broker['address']}  "
+              f"pid {broker['pid']}")
     speed, health = report["speed_layer"], report["speed_layer"]["health"] or {}
     print(f"speed layer  {'healthy' if speed['healthy'] else 'DOWN':8} pid {speed['pid']}  lag {health.get('lag')}"
           f"  watermark {health.get('watermark')}  {speed['problem'] or ''}")

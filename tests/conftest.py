@@ -28,6 +28,9 @@ SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
 PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
          "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT, "batch_engine_port": 25002 + SHIFT,
          "airflow_database_port": 15433 + SHIFT}
+#: The first port of a Kafka cluster of three beside the session's broker (its brokers listen on this
+#: port, +2 and +4, their controllers on the odd ports between and after: infra.settings.kafka_ports).
+KAFKA_CLUSTER_PORT = 19292 + SHIFT
 #: The session's S3 store (the ``object_store`` fixture), with keys of its own. The test deployment's
 #: Spark sessions are configured for it (``spark_conf``), and its AWS variables are exported, as a user
 #: would before ``lambdalake up``: delta-rs and s3fs find it from every process (Airflow's tasks too).

@@ -1,5 +1,6 @@
 """Fault tests of the speed layer on the real broker: kill -9 at random moments, a broker restart,
-and a flood of fuzzed bad records. Each is bounded in time and stops by itself."""
+a broker of a three-broker cluster killed, and a flood of fuzzed bad records. Each is bounded in time
+and stops by itself."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import psutil
@@ -25,23 +27,43 @@ from infra.settings import load
 from serving_layer import engine
 from tests import oracle
 from tests.compare import within_sketch_error
+from tests.conftest import KAFKA_CLUSTER_PORT
 from views import timebase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+def _deployment(tmp_path, base, **changes):
+    """A deployment like ``base`` with its own events topic, whose speed layer keeps only
+    page_views_per_minute (the faults are the same for every view)."""
+    settings_json = json.loads((base.home / "settings.json").read_text())
+    settings_json.update(topic_prefix=f"{tmp_path.name}-", max_offsets_per_trigger=20_000,
+                         speed_views=["page_views_per_minute"], **changes)
+    (tmp_path / "settings.json").write_text(json.dumps(settings_json))
+    return load(tmp_path)
+
+
 @pytest.fixture
 def home(tmp_path, broker):
-    """A deployment on the session's broker with its own events topic, whose speed layer keeps only
-    page_views_per_minute (the faults are the same for every view); stopped after."""
-    settings_json = json.loads((broker.home / "settings.json").read_text())
-    settings_json.update(topic_prefix=f"{tmp_path.name}-", max_offsets_per_trigger=20_000,
-                         speed_views=["page_views_per_minute"])
-    (tmp_path / "settings.json").write_text(json.dumps(settings_json))
-    settings = load(tmp_path)
+    """A deployment on the session's broker; its speed layer is stopped after."""
+    settings = _deployment(tmp_path, broker)
     kafka.ensure_topics(settings)
     yield settings
     services.stop_speed(settings)
+
+
+@pytest.fixture
+def on_cluster(tmp_path, deployment):
+    """A deployment on a Kafka cluster of its own, beside the session's broker: three brokers, topics
+    replicated 3 times with min.insync.replicas 2; its speed layer and brokers are stopped after."""
+    settings = _deployment(tmp_path, deployment, kafka_brokers=3, kafka_port=KAFKA_CLUSTER_PORT,
+                           kafka_controller_port=KAFKA_CLUSTER_PORT + 1)
+    try:
+        kafka.start(settings)
+        yield settings
+    finally:
+        services.stop_speed(settings)
+        kafka.stop(settings)
 
 
 @pytest.fixture
@@ -101,8 +123,9 @@ def _stream(settings, records, seconds: int = 40) -> None:
         time.sleep(1)
 
 
-def _kill_9(settings) -> None:
-    pid = processes.running_pid(settings, services.SPEED)
+def _kill_9(settings, name: str = services.SPEED) -> None:
+    """Kill service ``name`` and its children at once, as a crash would."""
+    pid = processes.running_pid(settings, name)
     group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     os.killpg(pid, signal.SIGKILL)
     psutil.wait_procs(group, timeout=30)
@@ -138,6 +161,45 @@ def test_broker_restart_mid_stream(home, broker):
     _assert_exactly_once(home, records)
     _assert_speed_view_equals_oracle(home, records)
     assert services.speed_problem(home) is None
+
+
+def _replicas(settings) -> dict[int, tuple[int, int, int]]:
+    """Per partition of the events topic: its leader, and how many replicas it has and how many are in sync."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        [topic] = admin.describe_topics([settings.topic])
+    finally:
+        admin.close()
+    return {p["partition_index"]: (p["leader_id"], len(p["replica_nodes"]), len(p["isr_nodes"]))
+            for p in topic["partitions"]}
+
+
+def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
+    """kill -9 of the broker that leads partition 0 while records stream in: every acknowledged record
+    is landed exactly once, the speed layer goes on in the same process, and the broker rejoins."""
+    records = _recent(20_000, seed=26, mix=Mix(late=0))
+    assert {replicas for _, replicas, _ in _replicas(on_cluster).values()} == {3}
+    services.start_speed(on_cluster)
+    speed_pid = processes.running_pid(on_cluster, services.SPEED)
+    with ThreadPoolExecutor(1) as pool:
+        sending = pool.submit(_stream, on_cluster, records, 30)
+        processes.poll(lambda: sum((services.speed_health(on_cluster)["processed_offsets"] or {}).values()) or None,
+                       120, 1, lambda: AssertionError("the speed layer landed nothing"))
+        victim = next(n for n in kafka.nodes(on_cluster) if n.id == _replicas(on_cluster)[0][0])
+        _kill_9(on_cluster, victim.name)
+        assert not sending.done() and not kafka.status(on_cluster)["healthy"]
+        sending.result(timeout=600)  # raises if Kafka did not acknowledge every record
+    _assert_exactly_once(on_cluster, records)
+    _, ids = engine.query(on_cluster, "SELECT DISTINCT event_id FROM raw_events")
+    assert {json.loads(r.value)["event_id"] for r in records if r.kind != "malformed"} <= {i for (i,) in ids}
+    assert processes.running_pid(on_cluster, services.SPEED) == speed_pid
+    assert services.speed_health(on_cluster)["error"] is None and services.speed_problem(on_cluster) is None
+    kafka.start(on_cluster)  # the killed broker again: healthy, and back in every partition's in-sync replicas
+    assert kafka.status(on_cluster)["healthy"]
+    processes.poll(lambda: {isr for _, _, isr in _replicas(on_cluster).values()} == {3} or None, 120, 1,
+                   lambda: AssertionError(f"broker {victim.id} did not rejoin: {_replicas(on_cluster)}"))
 
 
 def _fuzzed(rng: random.Random, good: bytes) -> bytes:
