@@ -29,7 +29,8 @@ from serving_layer import engine
 
 REPORT = REPO / "BENCHMARKS.md"
 #: The benchmark's own ports, beside a demo (9092, 8080) and the tests (19092, 18080).
-PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080, "batch_engine_port": 28002}
+PORTS = {"kafka_port": 29092, "kafka_controller_port": 29093, "airflow_port": 28080, "batch_engine_port": 28002,
+         "serve_port": 28000}
 JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
 #: The batch layer's target: at most this many times the plain Spark SQL job's time, at each size.
 BATCH_RATIO = 1.2
@@ -38,6 +39,8 @@ BATCH_RATIO = 1.2
 STEADY_SHARES = (0.25, 0.5, 0.8, 1.0, 1.25)
 #: Timed runs of each parse in the parse micro-benchmark.
 PARSE_RUNS = 5
+#: The soak's rate when this run measured no steady rate (half the highest steady rate, otherwise).
+SOAK_RATE = 2_500
 #: The rate of the freshness load that the speed layer's freshness targets name.
 FRESH_RATE = 1_000
 #: The report's parts, each from its first heading to the next part's; ``--only`` rewrites one, keeping the other.
@@ -80,6 +83,11 @@ def _parser() -> Parser:
                         help="kill -9 of the speed layer in the storm, and half as many of the batch engine (default 20)")
     parser.add_argument("--hostile-records", type=_count, default=100_000,
                         help="malformed records of the reliability part's hostile input (default 100000)")
+    parser.add_argument("--soak-minutes", type=_count, default=30,
+                        help="minutes of the reliability part's soak (default 30)")
+    parser.add_argument("--soak-rate", type=_count,
+                        help="events/s of the soak (default: half the highest steady rate of this run's speed part, "
+                             f"or {SOAK_RATE:,} without one)")
     parser.add_argument("--only", choices=tuple(PARTS), help="run only this part, keeping the others' figures")
     return parser
 
@@ -402,9 +410,29 @@ def _lost(landing: reliability.Landing) -> str:
             f"{landing.repeated:,} written twice, {landing.lost:,} written nowhere")
 
 
+def _render_soak(soak: reliability.Soak) -> list[str]:
+    first, last = soak.windows[0], soak.windows[-1]
+    fresh = [[t for v in w.freshness.values() for t in v] for w in soak.windows]
+    rows = [f"| {w.minute:.0f} | {w.speed_mb:,} | {w.serving_mb:,} | {w.raw_events_files:,} | "
+            f"{w.speed_partials_files:,} | {w.checkpoints_mb:,.1f} | {_p(seen, 0.5)} / {_p(seen, 0.99)} | "
+            f"{live.percentile(w.points_ms, 0.5):,.1f} / {live.percentile(w.points_ms, 0.99):,.1f} | {w.point_errors} |"
+            for w, seen in zip(soak.windows, fresh)]
+    growth = {name: getattr(last, name) / getattr(first, name) - 1 for name in ("speed_mb", "serving_mb")}
+    runs = "; ".join(f"{dag} {run_id}: {state}" for dag, run_id, state in soak.runs) or "none"
+    return [
+        f"Soak at {soak.rate:,.0f} events/s. Freshness is over every marker and relation of the window (p50 / p99, "
+        f"seconds); point queries p50 / p99 in ms.", "",
+        "| minute | speed layer MB | HTTP API MB | raw_events files | speed_partials files | checkpoints MB | "
+        "freshness s | point query ms | failed queries |", "|---|---|---|---|---|---|---|---|---|", *rows, "",
+        f"After the first {reliability.SOAK_WINDOW // 60} minutes, the speed layer's memory grew "
+        f"{growth['speed_mb']:+.0%} and the HTTP API's {growth['serving_mb']:+.0%} (target < 10%: "
+        f"{_met(max(growth.values()) < 0.1)}). DAG runs meanwhile: {runs}.",
+    ]
+
+
 def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill, batch_kill: reliability.BatchKill,
-                       hostile: reliability.Hostile, queries: reliability.Queries, command: str, date: str,
-                       minutes: float) -> str:
+                       hostile: reliability.Hostile, queries: reliability.Queries, soak: reliability.Soak,
+                       command: str, date: str, minutes: float) -> str:
     differing = sum(wrong for wrong, _ in storm.differing.values())
     views = ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in storm.differing.items())
     restarts, rounds = storm.restart_seconds, batch_kill.rounds
@@ -444,11 +472,12 @@ def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill,
         f"health check throughout: {'yes' if queries.server_up else '**no**'}.", "",
         f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}.", "",
         "| bad query | sent | outcomes (HTTP status: the one-line error) |", "|---|---|---|", *outcomes, "",
+        *_render_soak(soak), "",
         "### Run", "", *_run(command, date, minutes), "",
     ])
 
 
-def _reliability(args, root: Path, say):
+def _reliability(args, root: Path, soak_rate: float, say):
     """The reliability part's scenarios, on one broker."""
     broker = _deployment(root, "broker")
     try:
@@ -468,7 +497,9 @@ def _reliability(args, root: Path, say):
         hostile = reliability.hostile_input(scenarios["hostile"], args.hostile_records // len(reliability.KINDS), say)
         say("hostile queries ...")
         queries = reliability.hostile_queries(scenarios["storm"], say)
-        return storm, killed, batch_killed, hostile, queries
+        say(f"soak: {args.soak_minutes} minutes at {soak_rate:,.0f} events/s ...")
+        soak = reliability.soak(_deployment(root, "soak", topic_prefix="soak-"), soak_rate, args.soak_minutes, say)
+        return storm, killed, batch_killed, hostile, queries, soak
     finally:
         kafka.stop(broker)
 
@@ -518,15 +549,18 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda text: print(text, flush=True)  # noqa: E731
     parts = _parts(REPORT.read_text()) if REPORT.exists() else {}
     root = Path(tempfile.mkdtemp(prefix="lambdalake-bench-"))
+    soak_rate = args.soak_rate or SOAK_RATE
     try:
         for part in [args.only] if args.only else PARTS:
             date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
             if part == "speed":
                 figures, write = _speed(args, root, say), render
+                kept = [s.rate for s in figures[3] if s.kept_up]
+                soak_rate = args.soak_rate or (max(kept) / 2 if kept else SOAK_RATE)
             elif part == "serving":
                 figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
             elif part == "reliability":
-                figures, write = _reliability(args, root, say), render_reliability
+                figures, write = _reliability(args, root, soak_rate, say), render_reliability
             elif part == "orchestrated":
                 figures, write = (orchestrated.run(_deployment(root, "orchestrated"), args.day_events, say),
                                   render_orchestrated)

@@ -102,10 +102,12 @@ class Load:
             proc.join()
 
 
-def load(settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None) -> Load:
-    """Producer processes that send ``rate`` events/s in all for ``seconds``, once generated."""
+def load(settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None,
+         start: float | None = None) -> Load:
+    """Producer processes that send ``rate`` events/s in all for ``seconds``, from ``start`` (seconds
+    since the epoch; default: once they may have generated their share)."""
     count = max(1, math.ceil(rate / PER_PRODUCER))
-    start = time.time() + 5 + rate / count * seconds / GENERATED_PER_SECOND
+    start = start or time.time() + 5 + rate / count * seconds / GENERATED_PER_SECOND
     procs = [multiprocessing.Process(target=_produce, daemon=True,
                                      args=(settings.kafka_bootstrap, settings.topic, start, rate / count, seconds,
                                            users, seed * 100 + i)) for i in range(count)]
@@ -198,7 +200,7 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
             for i, e in enumerate(events)]
 
 
-def _marker_products(settings: Settings, markers: range) -> None:
+def marker_products(settings: Settings, markers: range) -> None:
     """Give each marker's product a category of its own, in the products changelog."""
     now = datetime.now(timezone.utc)
     [products] = [d for d in domain(settings.domain).dimensions if d.name == "products"]
@@ -244,20 +246,33 @@ class Fresh:
 def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
               relations: tuple[str, ...] = RELATIONS) -> Fresh:
     """How fresh ``relations`` are under the load at ``rate``: markers ``first`` .. ``first + markers - 1``."""
-    from kafka import KafkaProducer
-
     numbers = range(first, first + markers)
     if "revenue_by_category_hourly" in relations:
-        _marker_products(settings, numbers)
+        marker_products(settings, numbers)
     run = load(settings, rate, WARM_UP + markers * PER_MARKER + MARKER_TIMEOUT, seed=first + 1, users=USERS)
-    sender = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=0, acks=1)
-    seen: dict[str, list[float]] = {name: [] for name in relations}
     try:
         run.begin()
         time.sleep(WARM_UP)
+        seen, batches = markers_seen(settings, numbers, relations, run.end - MARKER_TIMEOUT)
+    finally:
+        run.stop()
+    if not all(seen.values()):
+        raise RuntimeError(f"the load at {rate:,.0f} events/s ended before a marker was sent")
+    return Fresh(rate, seen, batches)
+
+
+def markers_seen(settings: Settings, numbers: range, relations: tuple[str, ...],
+                 until: float) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
+    """Send markers ``numbers`` one after the other until ``until`` (seconds since the epoch): per
+    relation, the seconds each took to show; and the micro-batches with input meanwhile."""
+    from kafka import KafkaProducer
+
+    sender = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=0, acks=1)
+    seen: dict[str, list[float]] = {name: [] for name in relations}
+    try:
         with _MicroBatches(settings) as batches, ThreadPoolExecutor(len(relations)) as pool:
             for marker in numbers:
-                if time.time() > run.end - MARKER_TIMEOUT:
+                if time.time() > until:
                     break
                 now = datetime.now(timezone.utc)
                 if now.minute == 0:
@@ -274,10 +289,7 @@ def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
                     seen[name].append(seconds)
     finally:
         sender.close()
-        run.stop()
-    if not all(seen.values()):
-        raise RuntimeError(f"the load at {rate:,.0f} events/s ended before a marker was sent")
-    return Fresh(rate, seen, list(batches.seen.values()))
+    return seen, list(batches.seen.values())
 
 
 def percentile(values: list[float], share: float) -> float:

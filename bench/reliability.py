@@ -21,6 +21,12 @@ producer runs through the fault. Every scenario counts what it lost; the target 
   record in the topic landed or dead-lettered exactly once, the valid ones landed, the speed layer
   never restarted. A record of 10 MB, over Kafka's 1 MB limit, is refused when sent and never reaches
   the topic; the refusals are counted.
+- **Soak:** the whole platform (speed layer, batch engine, Airflow with every DAG on, the HTTP API)
+  for `--soak-minutes` under the freshness load's full mix (`bench/live.py`) at a steady rate, with
+  the nightly run and a maintenance run along the way and 8 clients each sending a point query of the
+  last minute through `POST /query` every 100 ms; freshness markers are sent throughout. Per 5 minutes:
+  the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
+  current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
   outside the sandbox through `POST /query`, while others send point queries: each bad query must be
   stopped or refused with a one-line error, the server must stay up, and the point queries' p99 is
@@ -46,7 +52,8 @@ from domains import producer
 from domains.clickstream import generator
 from domains.producer import Record
 from domains.sample import Mix
-from infra import batch_engine, kafka, processes, services
+from bench import live
+from infra import airflow, batch_engine, kafka, processes, services
 from infra import spark as sparks
 from infra.settings import Settings
 from serving_layer import engine
@@ -59,6 +66,8 @@ WATCH_EVERY = 10
 #: Seconds the hostile-query clients run.
 QUERY_SECONDS = 90
 BAD_CLIENTS, POINT_CLIENTS = 20, 8
+#: The soak's figures are given per this many seconds; each of its clients sends a query this often.
+SOAK_WINDOW, SOAK_QUERY_EVERY = 300, 0.1
 
 
 @dataclass
@@ -122,6 +131,30 @@ class Hostile:
     valid_landed: int
     valid: int
     speed_restarts: int
+
+
+@dataclass
+class SoakWindow:
+    """The soak's figures as a window of :data:`SOAK_WINDOW` ends."""
+
+    minute: float
+    speed_mb: int
+    serving_mb: int
+    raw_events_files: int
+    speed_partials_files: int
+    checkpoints_mb: float
+    #: Per relation, each marker's seconds to show.
+    freshness: dict[str, list[float]]
+    points_ms: list[float]
+    point_errors: int
+
+
+@dataclass
+class Soak:
+    rate: float
+    windows: list[SoakWindow]
+    #: The DAG runs during the soak: (DAG, run id, state).
+    runs: list[tuple[str, str, str]]
 
 
 @dataclass
@@ -325,6 +358,101 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     return BatchKill(events, duration, rounds)
 
 
+def _resident_mb(pid: int | None) -> int:
+    """A process's and its children's resident memory, MB."""
+    if pid is None:
+        return 0
+    process = psutil.Process(pid)
+    return round(sum(p.memory_info().rss for p in (process, *process.children(recursive=True))) / 2**20)
+
+
+def _point_clients(settings: Settings, stop: threading.Event, found: list) -> list[threading.Thread]:
+    """:data:`POINT_CLIENTS` threads each sending a point query of one page's last minute every
+    :data:`SOAK_QUERY_EVERY` seconds until ``stop``; each appends (its end, seconds since the epoch;
+    milliseconds; ok) to ``found``."""
+    url = settings.serve_url + "query"
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.wait(SOAK_QUERY_EVERY):
+            minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=1)
+            sql = (f"SELECT views FROM page_views_per_minute WHERE page = '{rng.choice(generator.PAGES)}' "
+                   f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
+            began = time.perf_counter()
+            ok = _outcome(url, sql) == ANSWERED
+            found.append((time.time(), (time.perf_counter() - began) * 1000, ok))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(POINT_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _files(settings: Settings, table: str) -> int:
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(settings.table(table)).file_uris())
+
+
+def _disk_mb(path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def soak(settings: Settings, rate: float, minutes: int, say) -> Soak:
+    """The platform under load for ``minutes`` at ``rate`` events/s (:class:`Soak`)."""
+    today = datetime.now(timezone.utc).date()
+    settings = settings.save(batch_start_date=(today - timebase.DAY).isoformat())
+    try:
+        return _soaked(settings, rate, minutes, say)
+    finally:
+        services.down(settings)
+
+
+def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
+    """:func:`soak`, the platform started (and left running)."""
+    for start in (services.start_speed, batch_engine.start, services.start_airflow, services.start_serving):
+        start(settings)
+    client = airflow.AirflowClient(settings)
+    windows, per_window = minutes * 60 // SOAK_WINDOW, (SOAK_WINDOW - live.MARKER_TIMEOUT) // live.PER_MARKER
+    live.marker_products(settings, range(windows * per_window))
+    loads = [live.load(settings, rate, live.WARM_UP + SOAK_WINDOW, seed=50, users=live.USERS)]
+    stop, points, found, clients = threading.Event(), [], [], []
+    try:
+        loads[0].begin()
+        client.unpause_all()  # the nightly run of yesterday starts now (the deployment's start date)
+        clients += _point_clients(settings, stop, points)
+        time.sleep(live.WARM_UP)
+        began = time.time()
+        for k in range(windows):
+            if k < windows - 1:
+                loads.append(live.load(settings, rate, SOAK_WINDOW, seed=51 + k, users=live.USERS,
+                                       start=loads[-1].end))
+            if k == 1:
+                client.trigger("maintenance", datetime.now(timezone.utc))
+            end = began + (k + 1) * SOAK_WINDOW
+            seen, _ = live.markers_seen(settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS,
+                                        end - live.MARKER_TIMEOUT)
+            time.sleep(max(0.0, end - time.time()))
+            window = [(ms, ok) for at, ms, ok in points if end - SOAK_WINDOW <= at < end]
+            found.append(SoakWindow(
+                (end - began) / 60, _resident_mb(processes.running_pid(settings, services.SPEED)),
+                _resident_mb(processes.running_pid(settings, services.SERVING)),
+                _files(settings, "raw_events"), _files(settings, "speed_partials"), _disk_mb(settings.checkpoints),
+                seen, [ms for ms, _ in window], sum(not ok for _, ok in window)))
+            say(f"  minute {found[-1].minute:.0f}: speed {found[-1].speed_mb:,} MB, API {found[-1].serving_mb:,} MB, "
+                f"freshness p99 {live.percentile([t for v in seen.values() for t in v], 0.99):.1f} s, "
+                f"point p99 {live.percentile(found[-1].points_ms, 0.99):.0f} ms")
+    finally:
+        stop.set()
+        for load in loads:
+            load.stop()
+    for thread in clients:
+        thread.join()
+    runs = [(dag, r["dag_run_id"], r["state"]) for dag in ("batch_recompute", "maintenance")
+            for r in client.dag_runs(dag)]
+    return Soak(rate, found, runs)
+
+
 def _kinds() -> dict[str, Callable[[dict], bytes]]:
     """Ways to break a valid event (a dict) into a record's bytes; each is a malformation the speed
     layer must dead-letter, or (schema drift, duplicates) land as its rules say."""
@@ -420,6 +548,20 @@ BAD_QUERIES = {
 }
 
 
+#: The outcome of a query that was answered.
+ANSWERED = "200: answered"
+
+
+def _outcome(url: str, sql: str) -> str:
+    """``sql`` sent to the HTTP API: :data:`ANSWERED`, or the HTTP status and its one-line error, or what
+    kept the answer from coming (within twice the API's time limit)."""
+    try:
+        response = requests.post(url, json={"sql": sql}, timeout=2 * Settings.query_timeout_seconds)
+    except requests.RequestException as exc:
+        return f"no answer: {type(exc).__name__}"
+    return ANSWERED if response.ok else f"{response.status_code}: {response.json().get('detail', '')}"
+
+
 def hostile_queries(settings: Settings, say) -> Queries:
     """:data:`BAD_CLIENTS` clients cycling through :data:`BAD_QUERIES` and :data:`POINT_CLIENTS`
     clients sending point queries of one page's minute, for :data:`QUERY_SECONDS`."""
@@ -434,9 +576,7 @@ def hostile_queries(settings: Settings, say) -> Queries:
             if time.monotonic() > stop:
                 return
             name = names[n % len(names)]
-            response = requests.post(url, json={"sql": BAD_QUERIES[name]}, timeout=120)
-            outcome = (f"{response.status_code}: " + response.json().get("detail", "")) if not response.ok \
-                else f"{response.status_code}: answered"
+            outcome = _outcome(url, BAD_QUERIES[name])
             with lock:
                 sent, outcomes = result.bad.get(name, (0, {}))
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -447,12 +587,11 @@ def hostile_queries(settings: Settings, say) -> Queries:
         while time.monotonic() < stop:
             page, minute = rng.choice(keys)
             began = time.perf_counter()
-            response = requests.post(url, timeout=60, json={"sql": (
-                f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
-                f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")})
+            outcome = _outcome(url, f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
+                                    f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
             with lock:
                 result.points.append(time.perf_counter() - began)
-                result.point_errors += not response.ok
+                result.point_errors += outcome != ANSWERED
 
     threads = [threading.Thread(target=bad, args=(i,)) for i in range(BAD_CLIENTS)]
     threads += [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
