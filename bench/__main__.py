@@ -464,13 +464,13 @@ def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill,
         f"valid events landed {hostile.valid_landed:,} of {hostile.valid:,}; speed layer restarts "
         f"{hostile.speed_restarts} | {hostile.landing.lost + hostile.landing.repeated + hostile.valid - hostile.valid_landed} |",
         "",
+        f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}.", "",
         f"Hostile queries: {reliability.BAD_CLIENTS} clients sending the queries below for "
         f"{reliability.QUERY_SECONDS} s through `POST /query` while {reliability.POINT_CLIENTS} clients sent "
         f"{len(points):,} point queries: p50 {live.percentile(points, 0.5) * 1000:,.1f} ms, p99 "
         f"{live.percentile(points, 0.99) * 1000:,.1f} ms (target ≤ 50 ms: "
         f"{_met(live.percentile(points, 0.99) <= 0.05)}), {queries.point_errors} failed; the server answered its "
         f"health check throughout: {'yes' if queries.server_up else '**no**'}.", "",
-        f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}.", "",
         "| bad query | sent | outcomes (HTTP status: the one-line error) |", "|---|---|---|", *outcomes, "",
         *_render_soak(soak), "",
         "### Run", "", *_run(command, date, minutes), "",

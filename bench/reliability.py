@@ -48,11 +48,11 @@ from datetime import datetime, timedelta, timezone
 import psutil
 import requests
 
+from bench import live
 from domains import producer
 from domains.clickstream import generator
 from domains.producer import Record
 from domains.sample import Mix
-from bench import live
 from infra import airflow, batch_engine, kafka, processes, services
 from infra import spark as sparks
 from infra.settings import Settings
@@ -289,10 +289,6 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
     return BrokerKill(len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"])
 
 
-#: The one kind whose records keep the id of the valid event they were made from.
-SAME_ID = "same id, other body"
-
-
 def _finished(task) -> str:
     """Wait for a task process: the last line of its errors ("" if it succeeded)."""
     _, errors = task.communicate(timeout=900)
@@ -451,6 +447,10 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
     runs = [(dag, r["dag_run_id"], r["state"]) for dag in ("batch_recompute", "maintenance")
             for r in client.dag_runs(dag)]
     return Soak(rate, found, runs)
+
+
+#: The one kind whose records keep the id of the valid event they were made from.
+SAME_ID = "same id, other body"
 
 
 def _kinds() -> dict[str, Callable[[dict], bytes]]:
