@@ -95,6 +95,10 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # a query killed during its first micro-batch leaves that batch's offsets and state behind, which
+        # it must resume from; Spark 4.1's check that a new query's checkpoint is empty refused that
+        # restart (each checkpoint folder is one query's own: speed_layer.queries names them)
+        "spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart": "false",
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp} {ENGINE_JVM_OPTIONS if engine else JVM_OPTIONS}",
         **dict(settings.spark_conf),
     }
