@@ -353,7 +353,7 @@ def _finished(task) -> str:
 def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     from speed_layer.queries import ensure_tables
     from tests import oracle
-    from tests.compare import day_measures, merged_rows
+    from tests.compare import day_measures, merged_rows, same_days
     from tests.integration.records import land
 
     day = timebase.day_start(datetime.now(timezone.utc).date() - 2 * timebase.DAY)
@@ -399,9 +399,10 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
             reading.set()
             reader.join()
             after = merged()
-            wrong = [name for name in views if after[name] != new[name]]
+            wrong = [name for name in views if not same_days(after[name], new[name])]
             rounds.append(BatchRound(at, error, back, rerun, not rerun and not wrong, len(seen),
-                                     sum(any(s[n] not in (before[n], new[n]) for n in views) for s in seen)))
+                                     sum(any(not (same_days(s[n], before[n]) or same_days(s[n], new[n])) for n in views)
+                                         for s in seen)))
             say(f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; the rerun: "
                 f"{rerun or 'succeeded'}; views unlike the oracle's: {', '.join(wrong) or 'none'}")
             before = after
