@@ -6,7 +6,7 @@ This DAG recomputes exactly the days that were batched already and have received
 (`batch_layer.stale.stale_days`), one mapped task per run of consecutive stale days, each computed
 together on the batch engine (raw_events read once for the run of days), replacing those days and
 recording each final on its own. It runs on data:
-when `speed_layer_watchdog` updates the `lambdalake.late_events` Asset (it found such days), and
+when `speed_layer_watchdog` updates the late_events table's Asset (it found such days), and
 every hour in any case.
 Days not batched yet need nothing: their nightly `batch_recompute` run will count the late events.
 """

@@ -8,8 +8,8 @@ and maintenance tasks send their work to): if it died or does not answer, it is 
 batch tasks that failed meanwhile succeed on their retry.
 
 It also **announces late data**: when late events have arrived for days batch has made final
-(`batch_layer.stale`), it updates the `lambdalake.late_events` Asset, on which `late_data_recompute`
-is scheduled, so those days are corrected within minutes rather than at the next hour. Otherwise that
+(`batch_layer.stale`), it updates the late_events table's Asset, on which `late_data_recompute` is
+scheduled, so those days are corrected within minutes rather than at the next hour. Otherwise that
 task is skipped and the Asset is not updated.
 """
 

@@ -122,6 +122,9 @@ def env(settings: Settings) -> dict[str, str]:
         # one once it sees the dead one's heartbeat over 30 s old: it looks as it starts, then every
         # 15 s (Airflow's default: 5 minutes, which a restart within 30 s of the death would wait).
         "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
+        # Assets no DAG refers to any more are retired, and the ones that replace them activated, every
+        # 15 s (Airflow's default: 60 s, in which a task writing a replacing Asset fails; infra.dags.table)
+        "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": "15",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         # Airflow's default: each parse of a DAG file imports the layers in a new process, which every 10 s
         # kept a third of a core busy on an idle deployment. The DAGs' Assets name the tables where the

@@ -52,8 +52,9 @@ def command(settings: Settings) -> list[str]:
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
             "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(pools)}
-    return [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--class", SERVER,
-            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
+    public, submit = sparks.launch(settings, conf, NAME)
+    return [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--class", SERVER, *submit,
+            *(arg for key, value in public.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
 
 
 def healthy(settings: Settings) -> bool:

@@ -45,10 +45,13 @@ def engine(settings: Settings) -> AbstractContextManager:
 
 
 def table(settings: Settings, table: tables.Table) -> Asset:
-    """A Delta table as an Asset."""
+    """A Delta table as an Asset, named by its location (Airflow's default: the URI). Airflow activates an
+    Asset only while no active one has its name: under a fixed name, tables moved by the ``storage``
+    setting would be inactive Assets until the scheduler next retired the old ones, and a task writing
+    them would fail meanwhile, without retries."""
     location = table.path(settings)
-    return Asset(name=f"lambdalake.{table.name.replace('/', '.')}", group="delta",
-                 uri=location if storage.local_path(location) is None else f"file://{storage.local_path(location)}")
+    return Asset(location if storage.local_path(location) is None else f"file://{storage.local_path(location)}",
+                 group="delta")
 
 
 def batch_tables(settings: Settings) -> list[Asset]:

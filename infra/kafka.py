@@ -139,6 +139,8 @@ def healthy(settings: Settings, node: Node) -> bool:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    if processes.port_holder(node.port) is None:  # nothing listens: the client would try for 30 s
+        return False
     try:
         admin = KafkaAdminClient(bootstrap_servers=node.address, request_timeout_ms=3000)
     except (KafkaError, OSError, ValueError):

@@ -114,13 +114,15 @@ def require_free(port: int, purpose: str) -> None:
 def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None = None,
           cwd: Path | None = None, **popen) -> int:
     """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid.
-    ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process)."""
+    ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process).
+    The log, and every file the process creates, is its owner's alone (umask 077): a log may show a
+    secret, and the tables and checkpoints are the deployment's data."""
     settings.run.mkdir(parents=True, exist_ok=True)
-    settings.logs.mkdir(parents=True, exist_ok=True)
-    with open(log_file(settings, name), "ab") as log:
+    settings.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(log_file(settings, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         proc = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, **popen,
+            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, **{"umask": 0o077, **popen},
         )
     created = psutil.Process(proc.pid).create_time()
     pid_file(settings, name).write_text(f"{proc.pid} {created}\n")

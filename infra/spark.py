@@ -7,11 +7,14 @@ runs with the same configuration)."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from infra import credentials
 from infra.settings import JAR_CACHE, Settings
 
 
@@ -104,6 +107,27 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
     }
 
 
+#: Settings that hold a credential (an object store's keys, a password, a token): they reach Spark in a
+#: file of the owner's alone (:func:`launch`), never on a command line, where ``ps`` shows them to everyone.
+SECRET = re.compile(r"key$|secret|password|token", re.IGNORECASE)
+
+
+def launch(settings: Settings, conf: dict[str, str], name: str) -> tuple[dict[str, str], list[str]]:
+    """Split ``conf`` for a JVM's launch: the settings to pass as ``--conf``, and ``spark-submit``'s
+    arguments that load the secret ones (:data:`SECRET`) from ``<home>/run/<name>.properties``, mode 600."""
+    secret = {key: value for key, value in conf.items() if SECRET.search(key)}
+    if not secret:
+        return conf, []
+    path = settings.run / f"{name}.properties"
+    credentials.write_private(path, "".join(f"{key}={_escaped(value)}\n" for key, value in secret.items()))
+    return {key: value for key, value in conf.items() if key not in secret}, ["--properties-file", str(path)]
+
+
+def _escaped(value: str) -> str:
+    """``value`` as a Java properties file reads it back."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def session(settings: Settings, app_name: str, master: str | None = None):
     """Get or create the process's SparkSession for ``settings`` (on ``master``, default the
     ``spark_master`` setting's)."""
@@ -111,7 +135,10 @@ def session(settings: Settings, app_name: str, master: str | None = None):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master or settings.spark_master_url).appName(app_name)
-    for key, value in conf(settings, master or settings.spark_master_url).items():
+    public, submit = launch(settings, conf(settings, master or settings.spark_master_url), "spark-session")
+    if submit:  # pyspark starts its JVM with spark-submit, these arguments and the settings below
+        os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join([*submit, "pyspark-shell"])
+    for key, value in public.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -10,6 +10,9 @@
 The OpenAPI description is at ``/openapi.json``. Bound to a loopback address the API is open; bound to
 any other it requires ``Authorization: Bearer <token>`` (setting ``serve_token``, else a token generated
 once and kept in the deployment's home, readable by its owner only), which is never printed or logged.
+The token guards every route that reads the deployment's data (its views, their days, its health, its
+queries); what is the same in every deployment stays open, as in the source it comes from: the
+OpenAPI description (routes and parameters, no view's name), the dashboard's page and scripts.
 """
 
 from __future__ import annotations

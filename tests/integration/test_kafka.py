@@ -14,6 +14,7 @@ import pytest
 
 from infra import kafka, processes
 from infra.settings import REPO, load
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,8 @@ def test_busy_port_names_the_port_and_its_holder(tmp_path):
 
 
 def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
-    (tmp_path / "settings.json").write_text(json.dumps({"kafka_port": 19192, "kafka_controller_port": 19193}))
+    port = free_port()
+    (tmp_path / "settings.json").write_text(json.dumps({"kafka_port": port, "kafka_controller_port": free_port()}))
     settings = load(tmp_path)
     kafka.start(settings)
     try:
@@ -40,7 +42,7 @@ def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
         assert len(kafka.end_offsets(settings, settings.topic_of("products"))) == 1
     finally:
         assert kafka.stop(settings)
-    assert not psutil.pid_exists(pid) and processes.port_holder(19192) is None
+    assert not psutil.pid_exists(pid) and processes.port_holder(port) is None
     assert not kafka.stop(settings)
 
 

@@ -19,6 +19,7 @@ from serving_layer import engine
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests.browser import chromium, screenshot
+from tests.ports import free_port
 from views.events import kafka_frame
 from views import all_views, timebase
 
@@ -37,7 +38,7 @@ def _home(tmp_path_factory, deployment, name: str, **overrides):
 @pytest.fixture(scope="module")
 def served(spark, deployment, tmp_path_factory):
     """A running `lambdalake serve` over two days of events: the first final (batch), the second provisional."""
-    settings = _home(tmp_path_factory, deployment, "served", serve_port=18000)
+    settings = _home(tmp_path_factory, deployment, "served", serve_port=free_port())
     records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
                                  mix=Mix(late=0, duplicate=0.05, malformed=0.05))
     views = all_views(settings.view_modules, settings.domain)
@@ -136,12 +137,15 @@ def test_openapi_describes_every_route(served):
     assert {"/views", "/views/{name}", "/query", "/health"} <= set(paths)
 
 
-def test_a_set_token_is_required(served, tmp_path_factory, deployment):
-    settings = _home(tmp_path_factory, deployment, "token", serve_port=18001, serve_token="s3cret")
+def test_a_set_token_is_required_by_every_route_of_the_deployment_s_data(served, tmp_path_factory, deployment):
+    settings = _home(tmp_path_factory, deployment, "token", serve_port=free_port(), serve_token="s3cret")
     settings.data.mkdir(parents=True)
     services.start_serving(settings)
     try:
-        assert _get(settings, "/views").status_code == 401
+        assert [_get(settings, path).status_code for path in ("/views", "/views/page_views_per_minute", "/health")] == \
+            [401] * 3
+        assert requests.post(settings.serve_url + "query", json={"sql": "SELECT 1"}, timeout=30).status_code == 401
+        assert [_get(settings, path).status_code for path in ("/openapi.json", "/")] == [200, 200]
         ok = requests.get(settings.serve_url + "views", headers={"Authorization": "Bearer s3cret"}, timeout=30)
         assert ok.status_code == 200
     finally:

@@ -44,3 +44,18 @@ def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
     for path in (tmp_path / "settings.json", tmp_path / "new" / "keys"):
         assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["keys", "new", "settings.json"]  # no temporary file left
+
+
+def test_spark_gets_the_object_store_keys_from_a_file_of_the_owner_s_never_on_its_command_line(tmp_path):
+    from infra import batch_engine
+
+    settings = load(tmp_path).with_overrides(spark_conf={
+        "spark.hadoop.fs.s3a.access.key": "AKIA-visible?", "spark.hadoop.fs.s3a.secret.key": "s3cret\\with\nlines",
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000"})
+    argv = batch_engine.command(settings)
+    assert not any("AKIA" in arg or "s3cret" in arg for arg in argv)
+    assert "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000" in argv
+    path = tmp_path / "run" / f"{batch_engine.NAME}.properties"
+    assert argv[argv.index("--properties-file") + 1] == str(path) and path.stat().st_mode & 0o777 == 0o600
+    assert path.read_text().splitlines() == ["spark.hadoop.fs.s3a.access.key=AKIA-visible?",
+                                             "spark.hadoop.fs.s3a.secret.key=s3cret\\\\with\\nlines"]

@@ -73,22 +73,26 @@ def test_every_dag_has_its_owner_retries_and_docs(dagbag):
         assert all(task.retries >= 1 for task in dag.tasks), dag.dag_id
 
 
+def _tables(assets) -> set[str]:
+    """The tables ``assets`` are, by their path in the deployment's data folder."""
+    return {asset.uri.split("/data/", 1)[1] for asset in assets}
+
+
 def test_batch_dags_write_the_view_tables_as_assets_and_link_the_data_docs(dagbag):
     for dag_id in ("batch_recompute", "late_data_recompute"):
         dag = dagbag.dags[dag_id]
         recompute = dag.get_task("recompute")
-        assert {a.name for a in recompute.inlets} >= {"lambdalake.raw_events"}
-        assert {a.name for a in recompute.outlets} >= {
-            "lambdalake.batch.page_views_per_minute", "lambdalake.batch.sessions_hourly",
-            "lambdalake.serving_state", "lambdalake.quality_results"}
+        assert _tables(recompute.inlets) >= {"raw_events"}
+        assert _tables(recompute.outlets) >= {
+            "batch/page_views_per_minute", "batch/sessions_hourly", "serving_state", "quality_results"}
         assert "Data Docs: `" in dag.doc_md and "gx/uncommitted/data_docs/local_site/index.html" in dag.doc_md
 
 
 def test_late_data_recompute_runs_on_the_late_events_the_watchdog_announces_or_hourly(dagbag):
     announce = dagbag.dags["speed_layer_watchdog"].get_task("announce_late_data")
-    assert [asset.name for asset in announce.outlets] == ["lambdalake.late_events"]
+    assert _tables(announce.outlets) == {"late_events"}
     timetable = _serialized(dagbag, "late_data_recompute").timetable
-    assert [asset.name for asset in timetable.asset_condition.objects] == ["lambdalake.late_events"]
+    assert [asset.uri for asset in timetable.asset_condition.objects] == [asset.uri for asset in announce.outlets]
     assert timetable.description == "Triggered by assets or Every hour"
 
 
@@ -137,9 +141,8 @@ def test_batch_tasks_go_before_maintenance_and_retry_past_the_watchdogs_restart_
 def test_reprocess_is_manual_and_writes_every_batch_table_and_the_version_pointers(dagbag):
     dag = dagbag.dags["reprocess"]
     assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
-    outlets = {a.name for a in dag.get_task("reprocess").outlets}
-    assert outlets >= {"lambdalake.batch.page_views_per_minute", "lambdalake.serving_state",
-                       "lambdalake.serving_versions"}
+    assert _tables(dag.get_task("reprocess").outlets) >= {"batch/page_views_per_minute", "serving_state",
+                                                          "serving_versions"}
 
 
 def test_reprocess_form_takes_views_days_or_all_history_and_a_label(reprocess_form):
@@ -163,3 +166,17 @@ def test_reprocess_form_refuses_a_bad_label_view_or_day(reprocess_form, conf, pa
 
     with pytest.raises(ParamValidationError, match=f"Invalid input for param {param}:"):
         reprocess_form(conf)
+
+
+def test_a_table_s_asset_is_named_by_its_location_so_moved_tables_are_new_assets(tmp_path):
+    """Airflow activates an Asset only while no active one has its name: tables moved by ``storage``
+    must not reuse the old Assets' names (their tasks would fail on inactive Assets)."""
+    from infra import dags
+    from infra.settings import load
+    from views import tables
+
+    local = load(tmp_path)
+    moved = local.with_overrides(storage="s3a://lake/lambdalake")
+    here, there = (dags.table(settings, tables.RAW_EVENTS) for settings in (local, moved))
+    assert (here.name, here.uri) == (here.uri, (local.data / "raw_events").as_uri())
+    assert (there.name, there.uri) == ("s3a://lake/lambdalake/raw_events",) * 2

@@ -1,5 +1,7 @@
-"""A service is its process group: what its dead leader left running is killed once it is found dead."""
+"""A service is its process group: what its dead leader left running is killed once it is found dead; its log
+and its files are its owner's alone."""
 
+import os
 import sys
 
 import psutil
@@ -33,3 +35,16 @@ def test_what_a_dead_leader_left_running_is_killed_once_it_is_found_dead(tmp_pat
     assert processes.running_pid(settings, "leader") is None
     assert not any(proc.is_running() for proc in left)
     assert not processes.pid_file(settings, "leader").exists()
+
+
+@pytest.mark.processes
+def test_a_service_s_log_and_files_are_its_owner_s_alone_whatever_the_umask(tmp_path):
+    settings, old = load(tmp_path), os.umask(0)
+    try:
+        made = tmp_path / "made"
+        pid = processes.start(settings, "writer", [sys.executable, "-c", f"open({str(made)!r}, 'w').write('x')"])
+        psutil.Process(pid).wait(timeout=30)
+    finally:
+        os.umask(old)
+    modes = [path.stat().st_mode & 0o777 for path in (settings.logs, processes.log_file(settings, "writer"), made)]
+    assert modes == [0o700, 0o600, 0o600]
