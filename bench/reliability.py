@@ -668,7 +668,12 @@ def _outcome(url: str, sql: str) -> str:
         response = requests.post(url, json={"sql": sql}, timeout=2 * Settings.query_timeout_seconds)
     except requests.RequestException as exc:
         return f"no answer: {type(exc).__name__}"
-    return ANSWERED if response.ok else f"{response.status_code}: {response.json().get('detail', '')}"
+    if response.ok:
+        return ANSWERED
+    try:
+        return f"{response.status_code}: {response.json().get('detail', '')}"
+    except ValueError:  # not the API's one-line error: what the server said instead, counted as such
+        return f"{response.status_code}, not JSON: {' '.join(response.text.split())[:80]}"
 
 
 def hostile_queries(settings: Settings, say) -> Queries:
