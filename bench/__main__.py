@@ -6,6 +6,7 @@ of BENCHMARKS.md."""
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import platform
 import shlex
@@ -430,41 +431,69 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
     ]
 
 
-def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill, batch_kill: reliability.BatchKill,
-                       hostile: reliability.Hostile, queries: reliability.Queries, soak: reliability.Soak,
-                       command: str, date: str, minutes: float) -> str:
+def _kill_rows(kills: reliability.Kills) -> list[str]:
+    """The kill scenarios' rows of one topology."""
+    storm, broker, orchestrator, on = kills.storm, kills.broker, kills.orchestrator, kills.topology
     differing = sum(wrong for wrong, _ in storm.differing.values())
-    views = ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in storm.differing.items())
-    restarts, rounds = storm.restart_seconds, batch_kill.rounds
+    restarts = storm.restart_seconds
+    wrong = sum(wrong for wrong, _ in orchestrator.differing.values())
+    states = collections.Counter(orchestrator.states.values())
+    return [
+        f"| {on} | kill storm | {storm.kills} x `kill -9` of the speed layer while {storm.events:,} records were "
+        f"produced; back each time in {statistics.median(restarts):.1f} s (median; most {max(restarts):.1f} s) | "
+        f"{_lost(storm.landing)}; after batch, rows differing from the oracle: {_views(storm.differing)} | "
+        f"{storm.landing.lost + storm.landing.repeated + differing} |",
+        f"| {on} | broker kill | `kill -9` of a broker while {broker.sent:,} records were sent, then started again; "
+        f"the watchdog said: {'; '.join(broker.watchdog) or 'healthy throughout'}; the speed layer "
+        f"{'was restarted' if broker.speed_restarted else 'went on in the same process'} | {broker.acknowledged:,} "
+        f"acknowledged, {broker.lost:,} of them missing from raw_events; {_lost(broker.landing)} | "
+        f"{broker.lost + broker.landing.lost + broker.landing.repeated} |",
+        f"| {on} | orchestrator kill | a backfill of {orchestrator.days} days of {orchestrator.events_per_day:,} "
+        f"events; {len(orchestrator.killed_at)} x `kill -9` of Airflow's scheduler and API server, at "
+        f"{', '.join(f'{t:.0f}' for t in orchestrator.killed_at)} s, each started again as `lambdalake up` does "
+        f"(in {statistics.median(orchestrator.back_seconds):.1f} s, median); {orchestrator.seconds:.0f} s from the "
+        f"call to every run's end; {orchestrator.reruns} tasks rerun | runs: "
+        f"{', '.join(f'{n} {state}' for state, n in states.items())}; processes of a dead scheduler left running: "
+        f"{orchestrator.leftovers}; the ledger's (view, day) recorded twice {orchestrator.recorded_twice}, never "
+        f"{orchestrator.unrecorded}; rows differing from the oracle: {_views(orchestrator.differing)} | "
+        f"{orchestrator.stuck + orchestrator.leftovers + orchestrator.recorded_twice + orchestrator.unrecorded + wrong} |",
+    ]
+
+
+def _views(differing: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in differing.items())
+
+
+def render_reliability(kills: list[reliability.Kills], batch_kill: reliability.BatchKill, hostile: reliability.Hostile,
+                       queries: reliability.Queries, soak: reliability.Soak, command: str, date: str,
+                       minutes: float) -> str:
+    rounds = batch_kill.rounds
     errors = sorted({r.error for r in rounds if r.error})
     points = queries.points
     outcomes = [f"| {name} | {sent:,} | " + "; ".join(f"{n:,} x {outcome}" for outcome, n in found.items()) + " |"
                 for name, (sent, found) in queries.bad.items()]
+    embedded = kills[0].topology
     return "\n".join([
         PARTS["reliability"], "", _doc(reliability), "",
-        "| scenario | what was done | what was checked | lost |", "|---|---|---|---|",
-        f"| kill storm | {storm.kills} x `kill -9` of the speed layer while {storm.events:,} records were produced; "
-        f"back each time in {statistics.median(restarts):.1f} s (median; most {max(restarts):.1f} s) | "
-        f"{_lost(storm.landing)}; after batch, rows differing from the oracle: {views} | "
-        f"{storm.landing.lost + storm.landing.repeated + differing} |",
-        f"| broker kill | `kill -9` of the broker while {broker.sent:,} records were sent, then started again; "
-        f"the watchdog said: {'; '.join(broker.watchdog) or 'healthy throughout'} | {broker.acknowledged:,} "
-        f"acknowledged, {broker.lost:,} of them missing from raw_events; {_lost(broker.landing)} | "
-        f"{broker.lost + broker.landing.lost + broker.landing.repeated} |",
-        f"| batch kill | {len(rounds)} x `kill -9` of the batch engine at a random moment of a day's recompute "
-        f"(an unkilled one took {batch_kill.task_seconds:.1f} s; killed at "
+        "The kill scenarios run on each topology; the batch kill (the engine and the tables alone) and the "
+        f"hostile input, hostile queries and soak run on the first, {embedded}.", "",
+        "| on | scenario | what was done | what was checked | lost |", "|---|---|---|---|---|",
+        *(row for each in kills for row in _kill_rows(each)),
+        f"| {embedded} | batch kill | {len(rounds)} x `kill -9` of the batch engine at a random moment of a day's "
+        f"recompute (an unkilled one took {batch_kill.task_seconds:.1f} s; killed at "
         f"{', '.join(f'{r.killed_at:.1f}' for r in rounds)} s), {batch_kill.events_per_round:,} more events of the "
         f"day landed before each; tasks that failed in one line: {sum(bool(r.error) for r in rounds)} (the others "
         f"had finished); the engine back in {statistics.median(r.back_seconds for r in rounds):.1f} s (median) | "
         f"reruns that converged to the oracle: {sum(r.converged for r in rounds)} of {len(rounds)}; reader "
         f"snapshots with a view's day half-replaced: {sum(r.mixed for r in rounds)} of "
         f"{sum(r.snapshots for r in rounds):,} | {sum(not r.converged for r in rounds) + sum(r.mixed for r in rounds)} |",
-        f"| hostile input | {hostile.records:,} records, {hostile.kinds} kinds of malformation among valid events; "
-        f"a 10 MB record refused when sent: {hostile.refused_by_broker} of 1 | {_lost(hostile.landing)}; "
+        f"| {embedded} | hostile input | {hostile.records:,} records, {hostile.kinds} kinds of malformation among "
+        f"valid events; a 10 MB record refused when sent: {hostile.refused_by_broker} of 1 | {_lost(hostile.landing)}; "
         f"valid events landed {hostile.valid_landed:,} of {hostile.valid:,}; speed layer restarts "
         f"{hostile.speed_restarts} | {hostile.landing.lost + hostile.landing.repeated + hostile.valid - hostile.valid_landed} |",
         "",
-        f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}.", "",
+        f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}; its reruns "
+        f"that failed: {' / '.join(f'`{r.rerun_error}`' for r in rounds if r.rerun_error) or 'none'}.", "",
         f"Hostile queries: {reliability.BAD_CLIENTS} clients sending the queries below for "
         f"{reliability.QUERY_SECONDS} s through `POST /query` while {reliability.POINT_CLIENTS} clients sent "
         f"{len(points):,} point queries: p50 {live.percentile(points, 0.5) * 1000:,.1f} ms, p99 "
@@ -477,29 +506,56 @@ def render_reliability(storm: reliability.Storm, broker: reliability.BrokerKill,
     ])
 
 
-def _reliability(args, root: Path, soak_rate: float, say):
-    """The reliability part's scenarios, on one broker."""
-    broker = _deployment(root, "broker")
+#: The topologies the kill scenarios run on: a name and its settings.
+TOPOLOGIES = {"one broker, Airflow on SQLite": {},
+              "three brokers, Airflow on PostgreSQL": {"kafka_brokers": 3, "airflow_database": "postgresql"}}
+
+
+def _kills(args, root: Path, topology: str, say) -> reliability.Kills:
+    """The kill scenarios on ``topology`` (:data:`TOPOLOGIES`), in deployments under ``root`` (their
+    broker's is ``root / "broker"``, stopped after them)."""
+    chosen = TOPOLOGIES[topology]
+    broker = _deployment(root, "broker", **chosen)
+    say(f"{topology}: starting Kafka on {broker.kafka_bootstrap} ...")
+    kafka.start(broker)
     try:
-        say(f"starting Kafka on {broker.kafka_bootstrap} (under {root}) ...")
-        kafka.start(broker)
-        scenarios = {}
-        for name in ("storm", "broker-kill", "hostile"):
-            scenarios[name] = _deployment(root, name, topic_prefix=f"{name}-")
-            kafka.ensure_topics(scenarios[name])
-        say(f"kill storm: {args.kills} x kill -9 of the speed layer during {args.storm_events:,} events ...")
-        storm = reliability.kill_storm(scenarios["storm"], args.storm_events, args.kills, say)
-        say("broker kill ...")
-        killed = reliability.broker_kill(scenarios["broker-kill"], broker, args.storm_events // 10, say)
-        say(f"batch kill: {args.kills // 2} x kill -9 of the batch engine mid-recompute ...")
-        batch_killed = reliability.batch_kill(_deployment(root, "batch-kill"), args.kills // 2, args.day_events, say)
+        storm, broker_kill = (_deployment(root, name, **chosen, topic_prefix=f"{name}-") for name in ("storm", "broker-kill"))
+        for scenario in (storm, broker_kill):
+            kafka.ensure_topics(scenario)
+        say(f"{topology}: kill storm, {args.kills} x kill -9 of the speed layer during {args.storm_events:,} events ...")
+        stormed = reliability.kill_storm(storm, args.storm_events, args.kills, say)
+        say(f"{topology}: broker kill ...")
+        killed = reliability.broker_kill(broker_kill, broker, args.storm_events // 10, say)
+    finally:
+        kafka.stop(broker)
+    say(f"{topology}: orchestrator kill ...")
+    orchestrator = reliability.orchestrator_kill(_deployment(root, "orchestrator-kill", **chosen),
+                                                 reliability.BACKFILL_DAYS, reliability.ORCHESTRATOR_KILLS,
+                                                 args.day_events, say)
+    return reliability.Kills(topology, storm, stormed, killed, orchestrator)
+
+
+def _reliability(args, root: Path, soak_rate: float, say):
+    """The reliability part's scenarios: the kill scenarios on each topology, the others on the first's
+    broker (started again)."""
+    root.chmod(0o711)  # PostgreSQL runs as its own user when the bench runs as root (infra.postgres)
+    kills = [_kills(args, root / f"topology-{n}", topology, say) for n, topology in enumerate(TOPOLOGIES)]
+    say(f"batch kill: {args.kills // 2} x kill -9 of the batch engine mid-recompute ...")
+    batch_killed = reliability.batch_kill(_deployment(root, "batch-kill"), args.kills // 2, args.day_events, say)
+    say("hostile queries ...")
+    queries = reliability.hostile_queries(kills[0].deployment, say)
+    broker = _deployment(root / "topology-0", "broker")
+    kafka.start(broker)
+    try:
         say("hostile input ...")
-        hostile = reliability.hostile_input(scenarios["hostile"], args.hostile_records // len(reliability.KINDS), say)
-        say("hostile queries ...")
-        queries = reliability.hostile_queries(scenarios["storm"], say)
+        malformed = _deployment(root, "hostile", topic_prefix="hostile-")
+        kafka.ensure_topics(malformed)
+        hostile = reliability.hostile_input(malformed, args.hostile_records // len(reliability.KINDS), say)
         say(f"soak: {args.soak_minutes} minutes at {soak_rate:,.0f} events/s ...")
-        soak = reliability.soak(_deployment(root, "soak", topic_prefix="soak-"), soak_rate, args.soak_minutes, say)
-        return storm, killed, batch_killed, hostile, queries, soak
+        soaked = _deployment(root, "soak", topic_prefix="soak-")
+        kafka.ensure_topics(soaked)
+        soak = reliability.soak(soaked, soak_rate, args.soak_minutes, say)
+        return kills, batch_killed, hostile, queries, soak
     finally:
         kafka.stop(broker)
 

@@ -1,5 +1,8 @@
 """Reliability: the platform's guarantees under faults at scale, each on a live deployment whose
-producer runs through the fault. Every scenario counts what it lost; the target is 0.
+producer runs through the fault. Every scenario counts what it lost; the target is 0. The kill storm,
+broker kill and orchestrator kill run twice: on the embedded topology (one broker, Airflow's metadata
+in SQLite) and on the production one (three brokers, replication factor 3 and `min.insync.replicas`
+2; Airflow's metadata in PostgreSQL), each by its settings.
 
 - **Kill storm:** the speed layer killed with `kill -9` at random moments (a uniform 1-10 s after it
   came back) while a backlog of the full event mix (late, resent and malformed ones among them) is
@@ -7,16 +10,23 @@ producer runs through the fault. Every scenario counts what it lost; the target 
   landed in raw_events or dead-lettered exactly once (checked by partition and offset), and, once
   the batch layer has recomputed every day, every view must equal the independent oracle
   (`tests/oracle.py`) exactly.
-- **Broker kill:** the broker killed with `kill -9` while valid events are produced (each with an id of
-  its own), then started again; the speed layer's watchdog (`services.watch_speed`, what the
-  watchdog DAG runs) polled every 10 s meanwhile. Every record the producer saw acknowledged must be
-  in raw_events, and every record in the topic landed once.
+- **Broker kill:** the (first) broker killed with `kill -9` while valid events are produced (each with an
+  id of its own), then started again 5 s later; the speed layer's watchdog (`services.watch_speed`,
+  what the watchdog DAG runs) polled every 10 s meanwhile. Every record the producer saw acknowledged
+  must be in raw_events, and every record in the topic landed once. On three brokers, nothing may
+  stop: every record is acknowledged and the speed layer goes on in the same process.
 - **Batch kill:** a day's recompute sent to the batch engine as the nightly task sends it, the engine
   killed with `kill -9` at a random moment of it (uniform over an unkilled run's time: during the
   reads, the quality checks, the Delta commits or the ledger write), brought back by its watchdog
   (`batch_engine.watch`) and the task rerun, each time after more events of the day landed. Each
   rerun must converge to the oracle's rows, and a reader polling every merged view meanwhile must
   see each view's day as it was or as it became, never a mix.
+- **Orchestrator kill:** a backfill of batch_recompute through `POST /api/v2/backfills` (what the UI's
+  dialog calls) on a running batch engine; Airflow's scheduler and API server killed together with
+  `kill -9` at random moments of it (a uniform 5-20 s after they came back) and started again as
+  `lambdalake up` starts them (nothing else restarts them: the watchdog is an Airflow DAG). Then every
+  run must end in success (none left queued or running), nothing the dead schedulers forked may be
+  left running, the ledger must record each view's day once, and every view must equal the oracle.
 - **Hostile input:** records broken in each of :data:`KINDS` ways, mixed with valid events: every
   record in the topic landed or dead-lettered exactly once, the valid ones landed, the speed layer
   never restarted. A record of 10 MB, over Kafka's 1 MB limit, is refused when sent and never reaches
@@ -35,6 +45,7 @@ producer runs through the fault. Every scenario counts what it lost; the target 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -61,6 +72,8 @@ from views import all_views, timebase
 
 #: Events per second a scenario's producer sends (in one chunk a second): 1,000,000 take 400 s.
 SEND_RATE = 2_500
+#: The DAG the orchestrator kill backfills, its days and how many times Airflow is killed during it.
+BACKFILLED, BACKFILL_DAYS, ORCHESTRATOR_KILLS = "batch_recompute", 10, 3
 #: Seconds between two polls of the speed layer's watchdog during the broker kill.
 WATCH_EVERY = 10
 #: Seconds the hostile-query clients run.
@@ -100,6 +113,8 @@ class BrokerKill:
     lost: int
     landing: Landing
     watchdog: list[str]
+    #: Whether the speed layer ran in another process at the end (restarted by its watchdog).
+    speed_restarted: bool
 
 
 @dataclass
@@ -109,6 +124,8 @@ class BatchRound:
     killed_at: float
     error: str
     back_seconds: float
+    #: The rerun's last error line ("" if it succeeded), and whether its rows then equalled the oracle's.
+    rerun_error: str
     converged: bool
     snapshots: int
     #: Snapshots in which some view's day was neither as before the round nor as after it.
@@ -120,6 +137,42 @@ class BatchKill:
     events_per_round: int
     task_seconds: float
     rounds: list[BatchRound]
+
+
+@dataclass
+class OrchestratorKill:
+    days: int
+    events_per_day: int
+    #: Seconds into the backfill at each kill, and the seconds ``lambdalake up``'s start of Airflow took then.
+    killed_at: list[float]
+    back_seconds: list[float]
+    #: Seconds from the backfill's call to every run's end; its runs' states then (run id -> state).
+    seconds: float
+    states: dict[str, str]
+    #: Task tries beyond each run's first (the killed ones, rerun); processes of a dead scheduler left running.
+    reruns: int
+    leftovers: int
+    #: (view, day) pairs the ledger records more than once, and not at all.
+    recorded_twice: int
+    unrecorded: int
+    differing: dict[str, tuple[int, int]]
+
+    @property
+    def stuck(self) -> int:
+        """Runs not ended in success."""
+        return sum(state != "success" for state in self.states.values())
+
+
+@dataclass
+class Kills:
+    """The kill scenarios' figures on one topology (its name and settings)."""
+
+    topology: str
+    #: The kill storm's deployment (its tables stay for the hostile queries).
+    deployment: Settings
+    storm: Storm
+    broker: BrokerKill
+    orchestrator: OrchestratorKill
 
 
 @dataclass
@@ -257,6 +310,7 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
     records = generator.generate(now - timedelta(minutes=8), now, events, seed=32, shaped=False,
                                  mix=Mix(late=0, duplicate=0, malformed=0))
     services.start_speed(settings)
+    speed, victim = processes.running_pid(settings, services.SPEED), kafka.nodes(broker)[0]
     acked: list[Record] = []
 
     def send() -> None:
@@ -270,8 +324,8 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
     time.sleep(len(records) / SEND_RATE / 3)
-    say("  kill -9 of the broker ...")
-    os.kill(processes.running_pid(broker, kafka.NAME), signal.SIGKILL)
+    say(f"  kill -9 of broker {victim.name} ...")
+    os.kill(processes.running_pid(broker, victim.name), signal.SIGKILL)
     time.sleep(5)
     kafka.start(broker)
     watchdog = []
@@ -283,10 +337,11 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
     ids = {json.loads(r.value)["event_id"] for r in acked}
     _, [(found,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
                                            "(SELECT unnest($ids))", {"ids": sorted(ids)})
-    landing = _landing(settings)
+    landing, restarted = _landing(settings), processes.running_pid(settings, services.SPEED) != speed
     services.stop_speed(settings)
     say(f"  {len(acked):,} of {len(records):,} acknowledged, {len(ids) - found:,} of them missing; {landing}")
-    return BrokerKill(len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"])
+    return BrokerKill(len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"],
+                      restarted)
 
 
 def _finished(task) -> str:
@@ -298,7 +353,7 @@ def _finished(task) -> str:
 def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     from speed_layer.queries import ensure_tables
     from tests import oracle
-    from tests.compare import day_measures, merged_rows
+    from tests.compare import day_measures, merged_rows, same_days
     from tests.integration.records import land
 
     day = timebase.day_start(datetime.now(timezone.utc).date() - 2 * timebase.DAY)
@@ -344,14 +399,68 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
             reading.set()
             reader.join()
             after = merged()
-            rounds.append(BatchRound(at, error, back, not rerun and after == new, len(seen),
-                                     sum(any(s[n] not in (before[n], new[n]) for n in views) for s in seen)))
-            say(f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; converged "
-                f"{rounds[-1].converged}")
+            wrong = [name for name in views if not same_days(after[name], new[name])]
+            rounds.append(BatchRound(at, error, back, rerun, not rerun and not wrong, len(seen),
+                                     sum(any(not (same_days(s[n], before[n]) or same_days(s[n], new[n])) for n in views)
+                                         for s in seen)))
+            say(f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; the rerun: "
+                f"{rerun or 'succeeded'}; views unlike the oracle's: {', '.join(wrong) or 'none'}")
             before = after
     finally:
         batch_engine.stop(settings)
     return BatchKill(events, duration, rounds)
+
+
+def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, say) -> OrchestratorKill:
+    from speed_layer.queries import ensure_tables
+    from tests.integration.records import land
+
+    today = datetime.now(timezone.utc).date()
+    settings = settings.save(batch_start_date=today.isoformat())  # no scheduled run beside the backfill's
+    first = timebase.day_start(today - days * timebase.DAY)
+    records = generator.generate(first, timebase.day_start(today), events * days, seed=33)
+    spark = sparks.session(settings, "lambdalake-bench-orchestrator-kill")
+    ensure_tables(spark, settings)
+    land(spark, settings, records)
+    batch_engine.start(settings)
+    services.start_airflow(settings)
+    client, rng = airflow.AirflowClient(settings), random.Random(13)
+    killed_at, back, leftovers = [], [], 0
+    try:
+        client.wait_for_dag(BACKFILLED)
+        began = time.monotonic()
+        client.create_backfill(BACKFILLED, first, timebase.day_start(today - timebase.DAY))
+        client.unpause(BACKFILLED)
+        for kill in range(kills):
+            time.sleep(rng.uniform(5, 20))
+            forked = psutil.Process(processes.running_pid(settings, airflow.SCHEDULER)).children(recursive=True)
+            for name in (airflow.SCHEDULER, airflow.API_SERVER):
+                os.kill(processes.running_pid(settings, name), signal.SIGKILL)
+            killed_at.append(time.monotonic() - began)
+            services.start_airflow(settings)
+            back.append(time.monotonic() - began - killed_at[-1])
+            leftovers += sum(proc.is_running() for proc in forked)
+            say(f"  kill {kill + 1} at {killed_at[-1]:.0f} s: Airflow back in {back[-1]:.1f} s")
+        try:
+            client.wait_for_runs(BACKFILLED, days, timeout=1800)
+        except airflow.AirflowError as exc:
+            say(f"  {exc}")
+        seconds = time.monotonic() - began
+        states = {run["dag_run_id"]: run["state"] for run in client.dag_runs(BACKFILLED)}
+        reruns = sum(task["try_number"] - 1 for run_id in states for task in client.request(
+            "GET", f"/dags/{BACKFILLED}/dagRuns/{run_id}/taskInstances")["task_instances"])
+    finally:
+        airflow.stop(settings)
+        batch_engine.stop(settings)
+    recorded = collections.Counter(engine.query(settings, "SELECT view, day FROM serving_state")[1])
+    every = {(name, (first + d * timebase.DAY).date()) for name in all_views(settings.view_modules, settings.domain)
+             for d in range(days)}
+    found = OrchestratorKill(days, events, killed_at, back, seconds, states, reruns, leftovers,
+                             sum(n > 1 for n in recorded.values()), len(every - set(recorded)),
+                             _differing(settings, records))
+    say(f"  {found.stuck} of {len(states)} runs stuck, {reruns} tasks rerun, ledger: {found.recorded_twice} "
+        f"recorded twice, {found.unrecorded} missing; differing from the oracle: {found.differing}")
+    return found
 
 
 def _resident_mb(pid: int | None) -> int:
@@ -559,7 +668,12 @@ def _outcome(url: str, sql: str) -> str:
         response = requests.post(url, json={"sql": sql}, timeout=2 * Settings.query_timeout_seconds)
     except requests.RequestException as exc:
         return f"no answer: {type(exc).__name__}"
-    return ANSWERED if response.ok else f"{response.status_code}: {response.json().get('detail', '')}"
+    if response.ok:
+        return ANSWERED
+    try:
+        return f"{response.status_code}: {response.json().get('detail', '')}"
+    except ValueError:  # not the API's one-line error: what the server said instead, counted as such
+        return f"{response.status_code}, not JSON: {' '.join(response.text.split())[:80]}"
 
 
 def hostile_queries(settings: Settings, say) -> Queries:
