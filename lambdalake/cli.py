@@ -98,6 +98,18 @@ def _parser() -> Parser:
     return parser
 
 
+def _query(settings, sql: str):
+    """``sql`` answered by the running HTTP API (milliseconds), else by an engine of this process's own."""
+    from serving_layer import client
+
+    answer = client.query(settings, sql)
+    if answer is None:
+        from serving_layer.engine import query
+
+        answer = client.sent(*query(settings, sql))
+    return answer
+
+
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
     if fmt == "json":
         print(json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=1))
@@ -326,9 +338,8 @@ def run(argv: list[str]) -> None:
 
         api.serve(settings, args.host or settings.serve_host, args.port or settings.serve_port)
     elif args.command == "query":
-        from serving_layer.engine import query
-
-        _print_rows(*query(settings, args.sql), args.format)
+        answer = _query(settings, args.sql)
+        _print_rows(answer.columns, answer.rows, args.format)
     elif args.command == "views":
         _views(settings, args.json)
     elif args.command == "deadletters":
@@ -340,20 +351,27 @@ def run(argv: list[str]) -> None:
         _reprocess(settings, parser, args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _told() -> tuple[type[Exception], ...]:
+    """The errors told in one line (their modules imported once one is raised: a query stays quick)."""
     from batch_layer.versions import Conflict
     from infra.airflow import AirflowError
     from infra.spark import EngineError
     from serving_layer.sandbox import QueryError
 
+    return (QueryError, processes.ServiceError, AirflowError, EngineError, Conflict, FileNotFoundError,
+            ValueError, LookupError)
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
         run(sys.argv[1:] if argv is None else argv)
-    except (QueryError, processes.ServiceError, AirflowError, EngineError, Conflict, FileNotFoundError,
-            ValueError, LookupError) as exc:
-        print(f"lambdalake: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not isinstance(exc, _told()):
+            raise
+        print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,7 +17,6 @@ OpenAPI description (routes and parameters, no view's name), the dashboard's pag
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -30,7 +29,9 @@ from pydantic import BaseModel
 
 from infra import credentials
 from infra.settings import Settings
-from serving_layer import catalog, engine
+from serving_layer import catalog, client, engine
+from serving_layer.access import token
+from serving_layer.client import Rows
 from serving_layer.sandbox import QueryError
 from views import all_views
 
@@ -43,31 +44,11 @@ class Sql(BaseModel):
     sql: str
 
 
-class Rows(BaseModel):
-    columns: list[str]
-    rows: list[list]
-
-
 class Page(BaseModel):
     view: str
     rows: list[dict]
     #: The ``offset`` of the next page, or null on the last one.
     next_offset: int | None
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def token(settings: Settings, host: str) -> str | None:
-    """The token requests must carry: ``serve_token`` if set; else, off loopback, one generated once and
-    kept in ``<home>/secrets/serve-token`` (mode 600); else none."""
-    if settings.serve_token or is_loopback(host):
-        return settings.serve_token
-    return credentials.kept(settings, "serve-token")
 
 
 @lru_cache(maxsize=1)
@@ -147,8 +128,7 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
 
     @app.post("/query", dependencies=api, response_model=Rows, summary="One sandboxed SELECT over the views")
     def query(body: Sql) -> Rows:
-        columns, found = run(body.sql)
-        return Rows(columns=columns, rows=[list(row) for row in found])
+        return client.sent(*run(body.sql))
 
     @app.get("/health", dependencies=api, summary="Speed layer, dead letters, and each view's days")
     def health() -> dict:

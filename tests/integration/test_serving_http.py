@@ -5,6 +5,8 @@ driven in a real headless Chromium (Debian's chromium and chromium-driver, throu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,8 +16,8 @@ from batch_layer.recompute import recompute_view
 from domains.clickstream import generator
 from domains.sample import Mix
 from infra import processes, services
-from infra.settings import load
-from serving_layer import engine
+from infra.settings import REPO, load
+from serving_layer import client, engine
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests.browser import chromium, screenshot
@@ -118,6 +120,27 @@ def test_query_runs_sandboxed_sql(served, tmp_path):
     escape = requests.post(served.serve_url + "query", timeout=30,
                            json={"sql": f"COPY (SELECT * FROM raw_events) TO '{target}'"})
     assert escape.status_code == 400 and "only SELECT" in escape.json()["detail"] and not target.exists()
+
+
+def _cli_query(settings, sql: str, *path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lambdalake.cli", "query", sql], capture_output=True, text=True,
+                          cwd=REPO, env={"LAMBDALAKE_HOME": str(settings.home), "PATH": "/usr/bin:/bin",
+                                         "PYTHONPATH": ":".join(map(str, (*path, REPO)))}, timeout=120)
+
+
+def test_the_command_line_asks_the_running_api_and_answers_alike_without_it(served, tmp_path):
+    sql = "SELECT window_start, page, views FROM page_views_per_minute ORDER BY ALL LIMIT 5"
+    (tmp_path / "duckdb.py").write_text("raise ImportError('the command line built an engine of its own')\n")
+    through_api = _cli_query(served, sql, tmp_path)  # no engine of its own can be built: the API answers
+    refused = _cli_query(served, "SELECT * FROM read_csv('/etc/passwd')")
+    processes.stop(served, services.SERVING)
+    try:
+        assert client.query(served, sql) is None  # not running: not asked
+        assert _cli_query(served, sql).stdout == through_api.stdout and "(5 rows)" in through_api.stdout
+    finally:
+        services.start_serving(served)
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        "lambdalake: error: table function read_csv() is not allowed; only generate_series, range, unnest"]
 
 
 def test_health_reports_days_dead_letters_freshness_and_the_batch_engine(served):
