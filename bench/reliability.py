@@ -651,6 +651,7 @@ BAD_QUERIES = {
                                 "SELECT count(*) FROM t",
     "a memory-hungry aggregate": "SELECT list(repeat('x', 1000)) FROM range(100000000)",
     "deeply nested parentheses": "SELECT " + "(" * 100_000 + "1" + ")" * 100_000,
+    "deeply nested calls": "SELECT " + "abs(" * 900 + "-1" + ")" * 900,
     "a file read": "SELECT * FROM read_csv('/etc/passwd')",
     "a setting read": "SELECT current_setting('memory_limit')",
     "two statements": "SELECT 1; SELECT 2",

@@ -69,28 +69,35 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
         raise QueryError(f"one SQL statement per query, got {len(statements)}")
     if statements[0].type != duckdb.StatementType.SELECT:
         raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
-    tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
+    except RecursionError:  # the decoder's depth: far past any query a person writes
+        raise QueryError("refused: expressions nested too deeply; write the query flatter") from None
+    except duckdb.Error as exc:  # out of memory, with other queries holding it all
+        raise QueryError(_one_line(exc)) from None
     if tree["error"]:
         raise QueryError(_one_line(tree["error_message"]))
     _walk(tree["statements"], {name.lower() for name in known}, known)
 
 
-def _walk(node, names: set[str], known: set[str]) -> None:
-    """Check the parsed tree ``node`` in which the relations ``names`` (and its own CTEs) are in scope."""
-    if isinstance(node, list):
-        for item in node:
-            _walk(item, names, known)
-        return
-    if not isinstance(node, dict):
-        return
-    names = names | {cte["key"].lower() for cte in (node.get("cte_map") or {}).get("map", [])}
-    if "class" in node:
-        if node["class"] == "FUNCTION" and node["function_name"].lower() in DENIED_FUNCTIONS:
-            raise QueryError(f"function {node['function_name']}() is not allowed")
-    elif "sample" in node and not node["type"].endswith("_NODE"):
-        _from_item(node, names, known)
-    for value in node.values():
-        _walk(value, names, known)
+def _walk(tree, names: set[str], known: set[str]) -> None:
+    """Check the parsed ``tree`` in which the relations ``names`` (and its own CTEs) are in scope (with a
+    stack of its own: Python's, in a server's thread, would run out before the JSON decoder's)."""
+    stack = [(tree, names)]
+    while stack:
+        node, names = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, names) for item in node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        names = names | {cte["key"].lower() for cte in (node.get("cte_map") or {}).get("map", [])}
+        if "class" in node:
+            if node["class"] == "FUNCTION" and node["function_name"].lower() in DENIED_FUNCTIONS:
+                raise QueryError(f"function {node['function_name']}() is not allowed")
+        elif "sample" in node and not node["type"].endswith("_NODE"):
+            _from_item(node, names, known)
+        stack.extend((value, names) for value in node.values())
 
 
 def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
