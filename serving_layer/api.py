@@ -31,7 +31,6 @@ from infra import credentials
 from infra.settings import Settings
 from serving_layer import catalog, client, engine
 from serving_layer.access import token
-from serving_layer.client import Rows
 from serving_layer.sandbox import QueryError
 from views import all_views
 
@@ -126,8 +125,8 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
         return Page(view=name, rows=[dict(zip(columns, row)) for row in found[:limit]],
                     next_offset=offset + limit if more else None)
 
-    @app.post("/query", dependencies=api, response_model=Rows, summary="One sandboxed SELECT over the views")
-    def query(body: Sql) -> Rows:
+    @app.post("/query", dependencies=api, response_model=client.Rows, summary="One sandboxed SELECT over the views")
+    def query(body: Sql) -> client.Rows:
         return client.sent(*run(body.sql))
 
     @app.get("/health", dependencies=api, summary="Speed layer, dead letters, and each view's days")

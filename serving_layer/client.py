@@ -37,7 +37,7 @@ def query(settings: Settings, sql: str) -> Rows | None:
     except requests.RequestException:
         return None
     if response.status_code == 400:
-        from serving_layer.sandbox import QueryError  # (DuckDB's module, not needed to ask)
+        from serving_layer.sandbox import QueryError  # (which imports DuckDB: only when needed)
 
         raise QueryError(response.json()["detail"])
     return Rows.model_validate_json(response.content) if response.ok else None
