@@ -58,6 +58,13 @@ def memory_limit_of(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
 
 
+def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
+    with con.cursor() as fresh:  # ``con`` may be interrupted still (:func:`_interrupt_after`)
+        limit = memory_limit_of(fresh)
+    return QueryError(f"refused: needs more memory than the limit, {limit} (setting query_memory_limit); "
+                      f"narrow the query with WHERE or aggregate")
+
+
 def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
     """Raise :class:`QueryError` unless ``sql`` is one SELECT over the relations ``known`` (and its
     own CTEs), using no table function but :data:`TABLE_FUNCTIONS`."""
@@ -73,8 +80,8 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
         tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     except RecursionError:  # the decoder's depth: far past any query a person writes
         raise QueryError("refused: expressions nested too deeply; write the query flatter") from None
-    except duckdb.Error as exc:  # out of memory, with other queries holding it all
-        raise QueryError(_one_line(exc)) from None
+    except duckdb.OutOfMemoryException:  # other queries holding it all
+        raise _needs_memory(con) from None
     if tree["error"]:
         raise QueryError(_one_line(tree["error_message"]))
     _walk(tree["statements"], {name.lower() for name in known}, known)
@@ -119,11 +126,26 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
         raise QueryError(f"{kind} is not allowed in FROM")
 
 
+#: How often a query past its time limit is interrupted again until it stopped.
+AGAIN_SECONDS = 0.05
+
+
+def _interrupt_after(con: duckdb.DuckDBPyConnection, timeout: float, done: threading.Event) -> None:
+    """Interrupt ``con``'s query after ``timeout`` seconds, and again until it stopped (``done``): an
+    interrupt that comes before the database started the query is lost, and it would run on for hours."""
+    if done.wait(max(timeout, 0)):
+        return
+    con.interrupt()
+    while not done.wait(AGAIN_SECONDS):
+        con.interrupt()
+
+
 def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
         params: dict | None = None) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout`` seconds, refused beyond ``max_rows`` rows."""
-    timer = threading.Timer(timeout, con.interrupt)
-    timer.start()
+    """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
+    seconds, refused beyond ``max_rows`` rows."""
+    done = threading.Event()
+    threading.Thread(target=_interrupt_after, args=(con, timeout, done), daemon=True).start()
     try:
         result = con.execute(sql, params)
         rows = result.fetchmany(max_rows + 1)
@@ -131,12 +153,11 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
     except duckdb.InterruptException:
         raise TimeLimit(timeout) from None
     except duckdb.OutOfMemoryException:
-        raise QueryError(f"refused: needs more memory than the limit, {memory_limit_of(con)} (setting "
-                         f"query_memory_limit); narrow the query with WHERE or aggregate") from None
+        raise _needs_memory(con) from None
     except duckdb.Error as exc:
         raise QueryError(_one_line(exc)) from None
     finally:
-        timer.cancel()
+        done.set()
     if len(rows) > max_rows:
         raise QueryError(f"more than {max_rows:,} rows (setting query_max_rows); add LIMIT or aggregate")
     return [d[0] for d in result.description or []], rows

@@ -117,6 +117,20 @@ def test_the_database_itself_refuses_files_extensions_and_settings(tmp_path, sql
     assert con.execute("SELECT a FROM t").fetchall() == [(1,)]
 
 
+def test_a_time_limit_reached_before_the_query_starts_still_stops_it():
+    """An interrupt that comes before the database started a query is lost (it would run for hours): the
+    time limit interrupts again until the query stopped."""
+    con, pool = sandbox.connect("1GB", 1), ThreadPoolExecutor(1)
+    running = pool.submit(sandbox.run, con, "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3", 0, 10)
+    try:
+        with pytest.raises(sandbox.TimeLimit):
+            running.result(timeout=10)
+    finally:
+        while not running.done():
+            con.interrupt()
+        pool.shutdown()
+
+
 def test_the_row_limit(settings):
     limited = settings.with_overrides(query_max_rows=3)
     assert len(engine.query(limited, "SELECT * FROM range(3)")[1]) == 3
