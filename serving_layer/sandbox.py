@@ -82,6 +82,8 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
         raise QueryError("refused: expressions nested too deeply; write the query flatter") from None
     except duckdb.OutOfMemoryException:  # other queries holding it all
         raise _needs_memory(con) from None
+    except duckdb.Error as exc:
+        raise QueryError(_one_line(exc)) from None
     if tree["error"]:
         raise QueryError(_one_line(tree["error_message"]))
     _walk(tree["statements"], {name.lower() for name in known}, known)
