@@ -1,8 +1,10 @@
-"""Reliability: the platform's guarantees under faults at scale, each on a live deployment whose
-producer runs through the fault. Every scenario counts what it lost; the target is 0. The kill storm,
-broker kill and orchestrator kill run twice: on the embedded topology (one broker, Airflow's metadata
-in SQLite) and on the production one (three brokers, replication factor 3 and `min.insync.replicas`
-2; Airflow's metadata in PostgreSQL), each by its settings.
+"""Reliability: the platform's guarantees under faults at scale.
+
+Each scenario runs on a live deployment whose producer runs through the fault. Every scenario counts
+what it lost; the target is 0. The kill storm, broker kill and orchestrator kill run twice: on the
+embedded topology (one broker, Airflow's metadata in SQLite) and on the production one (three brokers,
+replication factor 3 and `min.insync.replicas` 2; Airflow's metadata in PostgreSQL), each by its
+settings.
 
 - **Kill storm:** the speed layer killed with `kill -9` at random moments (a uniform 1-10 s after it
   came back) while a backlog of the full event mix (late, resent and malformed ones among them) is
@@ -27,9 +29,9 @@ in SQLite) and on the production one (three brokers, replication factor 3 and `m
   `lambdalake up` starts them (nothing else restarts them: the watchdog is an Airflow DAG). Then every
   run must end in success (none left queued or running), nothing the dead schedulers forked may be
   left running, the ledger must record each view's day once, and every view must equal the oracle.
-- **Hostile input:** records broken in each of :data:`KINDS` ways, mixed with valid events: every
-  record in the topic landed or dead-lettered exactly once, the valid ones landed, the speed layer
-  never restarted. A record of 10 MB, over Kafka's 1 MB limit, is refused when sent and never reaches
+- **Hostile input:** records broken in each of the ways listed in ``KINDS``, mixed with valid
+  events: every record in the topic landed or dead-lettered exactly once, the valid ones landed, the
+  speed layer never restarted. A record of 10 MB, over Kafka's 1 MB limit, is refused when sent and never reaches
   the topic; the refusals are counted.
 - **Soak:** the whole platform (speed layer, batch engine, Airflow with every DAG on, the HTTP API)
   for `--soak-minutes` under the freshness load's full mix (`bench/live.py`) at a steady rate, with
