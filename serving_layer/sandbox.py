@@ -58,6 +58,10 @@ def memory_limit_of(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
 
 
+#: The refusal of a query nested deeper than the database's parser or the checker's JSON decoder reads.
+TOO_DEEP = "refused: expressions nested too deeply; write the query flatter"
+
+
 def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
     with con.cursor() as fresh:  # ``con`` may be interrupted still (:func:`_interrupt_after`)
         limit = memory_limit_of(fresh)
@@ -70,8 +74,8 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
     own CTEs), using no table function but :data:`TABLE_FUNCTIONS`."""
     try:
         statements = con.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(_one_line(exc)) from None
+    except duckdb.Error as exc:  # DuckDB's depth limit says to raise it, which no query here can do
+        raise QueryError(TOO_DEEP if "expression depth" in str(exc) else _one_line(exc)) from None
     if len(statements) != 1:
         raise QueryError(f"one SQL statement per query, got {len(statements)}")
     if statements[0].type != duckdb.StatementType.SELECT:
@@ -79,7 +83,7 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     except RecursionError:  # the decoder's depth: far past any query a person writes
-        raise QueryError("refused: expressions nested too deeply; write the query flatter") from None
+        raise QueryError(TOO_DEEP) from None
     except duckdb.OutOfMemoryException:  # other queries holding it all
         raise _needs_memory(con) from None
     except duckdb.Error as exc:
