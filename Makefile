@@ -10,7 +10,7 @@ SUDO    := $(if $(filter 0,$(shell id -u)),,sudo)
 # Any version's initdb that Debian's PostgreSQL installed (none: it is installed by setup).
 INITDB  := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb))
 
-setup: .venv/.installed $(JARS)/.resolved /usr/bin/chromedriver $(if $(INITDB),,postgresql)
+setup: .venv/.installed $(JARS)/.resolved .cache/spark-classes.jsa /usr/bin/chromedriver $(if $(INITDB),,postgresql)
 
 # Debian's headless Chromium and its WebDriver, for the browser tests (the dashboard, the Airflow UI).
 /usr/bin/chromedriver:
@@ -38,6 +38,10 @@ $(JARS)/.resolved: $(wildcard infra/jvm/*/pom.xml) infra/jvm/settings.xml
 	cd infra/jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/kafka
 	cd infra/jvm/s3proxy && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/s3proxy
 	touch $@
+
+# Spark's classes as its JVM loads them, for every driver JVM to map at start (infra/class_archive.py).
+.cache/spark-classes.jsa: .venv/.installed $(JARS)/.resolved
+	$(PY) -m infra.class_archive
 
 demo: setup
 	$(PY) -m lambdalake.demo $(if $(DOMAIN),--domain $(DOMAIN))

@@ -61,7 +61,7 @@ def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
         done = (speed_health(settings) or {}).get("processed_offsets") or {}
         return sum(target.values()) if all(int(done.get(str(p), 0)) >= end for p, end in target.items()) else None
 
-    return processes.poll(landed, timeout, 2, lambda: TimeoutError(
+    return processes.poll(landed, timeout, 0.5, lambda: TimeoutError(
         f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
         f"see `lambdalake status`"))
 
