@@ -4,7 +4,7 @@ JARS    := .cache/jars
 MVN     := mvn -q -B -s $(CURDIR)/infra/jvm/settings.xml
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test test-fast bench up down status postgresql
+.PHONY: setup lint demo test test-fast bench up down status postgresql
 
 SUDO    := $(if $(filter 0,$(shell id -u)),,sudo)
 # Any version's initdb that Debian's PostgreSQL installed (none: it is installed by setup).
@@ -46,10 +46,15 @@ $(JARS)/.resolved: $(wildcard infra/jvm/*/pom.xml) infra/jvm/settings.xml
 demo: setup
 	$(PY) -m lambdalake.demo $(if $(DOMAIN),--domain $(DOMAIN))
 
-test: setup
+# ruff, then mypy (their settings: pyproject.toml); they need only the venv.
+lint: .venv/.installed
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: setup lint
 	$(PY) -m pytest -q --durations=12
 
-test-fast: setup
+test-fast: setup lint
 	$(PY) -m pytest -q tests/unit -m "not processes"
 
 bench: setup

@@ -68,8 +68,9 @@ def compare(view: View, batch: pa.Table, partials: pa.Table) -> dict:
         sketch_functions(con)
         con.register("batch_rows", batch)
         con.register(tables.SPEED_PARTIALS.name, partials)
-        found = con.execute(compare_sql(view, "batch_rows", f"({speed_sql(view, tables.SPEED_PARTIALS.name)})")).fetchone()
-    named = dict(zip((*COUNTS, *(f"{kind}_{m.name}" for m in view.measures for kind in "dt")), found))
+        speed = f"({speed_sql(view, tables.SPEED_PARTIALS.name)})"
+        [found] = con.execute(compare_sql(view, "batch_rows", speed)).fetchall()  # aggregates alone: one row
+    named = dict(zip((*COUNTS, *(f"{kind}_{m.name}" for m in view.measures for kind in "dt")), found, strict=True))
     return {**{k: named[k] for k in COUNTS},
             "measures": {m.name: (named[f"d_{m.name}"] or 0.0, named[f"t_{m.name}"] or 0.0) for m in view.measures}}
 
@@ -83,8 +84,11 @@ def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end
         return None
     counts = [found[k] for k in COUNTS]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
-    rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None) for m, (d, t) in found["measures"].items()]
+    rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None)
+            for m, (d, t) in found["measures"].items()]
     schema = tables.CORRECTIONS.schema
+    assert schema is not None  # the platform's table: its schema is fixed
     write_deltalake(tables.CORRECTIONS.path(settings),
-                    pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema), mode="append")
+                    pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema),
+                    mode="append")
     return found

@@ -81,7 +81,8 @@ def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
         log = _log(table)
         if log is None or not _has_small_files(log):
             continue
-        removed = spark.sql(f"OPTIMIZE {_sql(table)}").first()["metrics"]["numFilesRemoved"]
+        [report] = spark.sql(f"OPTIMIZE {_sql(table)}").collect()  # one row: the table's path and metrics
+        removed = report["metrics"]["numFilesRemoved"]
         if removed:
             done[_name(settings, table)] = removed
     return done

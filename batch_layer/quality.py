@@ -33,6 +33,7 @@ not block. Every expectation's result is appended to ``quality_results``.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -41,7 +42,6 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-import dataclasses
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cached_property, lru_cache
@@ -262,13 +262,13 @@ def _forget_unreadable(store, factory, name: str) -> None:
     if store.has_key(key):
         try:
             factory.get(name)
-        except Exception:  # noqa: BLE001 (whatever made it unreadable, it is written again)
+        except Exception:  # whatever made it unreadable, it is written again
             store.remove_key(key)
 
 
 def reconciled(view: View) -> list[str]:
     """The view's count measures that count each of its events once (its windows tumble, no flag)."""
-    if type(view.window) is not Tumbling:  # noqa: E721 (a Hopping window counts an event several times)
+    if type(view.window) is not Tumbling:  # a Hopping window counts an event several times
         return []
     return [m.name for m in view.measures if m.kind == "count" and m.column is None]
 
@@ -360,7 +360,7 @@ def docs_once(settings: Settings) -> Iterator[None]:
 
 def _observed(result: dict) -> str:
     """What an expectation saw: its observed value, else how many rows it did not expect."""
-    value = result.get("observed_value", result.get("unexpected_count"))
+    value: object = result.get("observed_value", result.get("unexpected_count"))
     return json.dumps(value.item() if hasattr(value, "item") else value, default=str)  # numpy's scalars as numbers
 
 
@@ -377,7 +377,7 @@ def _listed(listed) -> list[dict]:
     rows = []
     for row in [listed] if isinstance(listed, dict) else listed:
         if isinstance(row, dict) and row and all(isinstance(v, list) for v in row.values()):
-            rows += [dict(zip(row, values)) for values in zip(*row.values())]
+            rows += [dict(zip(row, values, strict=True)) for values in zip(*row.values(), strict=True)]
         elif isinstance(row, dict):
             rows.append(row)
     return rows
@@ -427,8 +427,10 @@ def check(settings: Settings, suite: Suite, rows, start: datetime, end: datetime
                  per_day or {}, failing)
     now = datetime.now(timebase.UTC)
     schema = tables.QUALITY_RESULTS.schema
+    assert schema is not None  # the platform's table: its schema is fixed
     write_deltalake(tables.QUALITY_RESULTS.path(settings), pa.Table.from_pylist(
-        [dict(zip(schema.names, (now, suite.name, *days, *outcome))) for outcome in done.results], schema), mode="append")
+        [dict(zip(schema.names, (now, suite.name, *days, *outcome), strict=True)) for outcome in done.results],
+        schema), mode="append")
     if done.failed:
         shown = "; ".join(f"{e}: {', '.join(_shown(k) for k in done.failing[e][:3])}"
                           f"{' ...' if len(done.failing[e]) > 3 else ''}" for e in done.failed if done.failing.get(e))
@@ -507,9 +509,8 @@ def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end
         rows = rows.persist()  # the suite's few aggregations share the numbering's one shuffle
     try:
         cheap, detail = raw_events_suites(settings.domain)
-        if keys != list(RECORD_KEYS):  # records without their Kafka coordinates: failing ones not listed
-            detail = None
-        return check(settings, cheap, rows, start, end, detail=detail)
+        # records without their Kafka coordinates: failing ones not listed
+        return check(settings, cheap, rows, start, end, detail=detail if keys == list(RECORD_KEYS) else None)
     finally:
         if not numbered:
             rows.unpersist()

@@ -13,9 +13,9 @@ serving before, whole; if anything fails before it, the new tables are deleted a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Iterable
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError

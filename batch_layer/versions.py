@@ -21,8 +21,8 @@ imported only when writing, so that readers and DAG files import no Spark.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import date, datetime, timedelta
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -15,7 +15,8 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def _parser() -> Parser:
     parser = Parser(prog="python -m bench", description=__doc__)
     parser.add_argument("--events", type=_count, default=1_000_000, help="events in the backlog (default 1000000)")
     parser.add_argument("--runs", type=_count, default=3, help="drains of the backlog per job (default 3)")
-    parser.add_argument("--steady-seconds", type=_count, default=300, help="seconds per steady rate tried (default 300)")
+    parser.add_argument("--steady-seconds", type=_count, default=300,
+                        help="seconds per steady rate tried (default 300)")
     parser.add_argument("--markers", type=_count, default=100, help="freshness markers per run (default 100)")
     parser.add_argument("--parse-records", type=_count, default=500_000,
                         help="records of the parse micro-benchmark (default 500000)")
@@ -77,11 +79,13 @@ def _parser() -> Parser:
     parser.add_argument("--batch-runs", type=_count, default=3,
                         help="timed runs per job on the batch part's day of N events (default 3)")
     parser.add_argument("--day-events", type=_count, default=3000,
-                        help="events per day of the orchestrated part's nightly run and backfill (default 3000, the demo's)")
+                        help="events per day of the orchestrated part's nightly run and backfill "
+                             "(default 3000, the demo's)")
     parser.add_argument("--storm-events", type=_count, default=1_000_000,
                         help="events produced during the reliability part's kill storm (default 1000000)")
     parser.add_argument("--kills", type=_count, default=20,
-                        help="kill -9 of the speed layer in the storm, and half as many of the batch engine (default 20)")
+                        help="kill -9 of the speed layer in the storm, and half as many of the batch engine "
+                             "(default 20)")
     parser.add_argument("--hostile-records", type=_count, default=100_000,
                         help="malformed records of the reliability part's hostile input (default 100000)")
     parser.add_argument("--soak-minutes", type=_count, default=30,
@@ -116,7 +120,7 @@ def _deployment(root: Path, name: str, **settings) -> Settings:
 
 
 def _backlog(settings: Settings, events: int, say) -> int:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=1), now, events)
     say(f"producing a backlog of {len(records):,} events: {counts(records)}")
     sent = producer.send(settings, records)
@@ -127,7 +131,7 @@ def _backlog(settings: Settings, events: int, say) -> int:
 
 
 def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput.Drain]]:
-    drains = {job: [] for job in JOBS}
+    drains: dict[str, list[throughput.Drain]] = {job: [] for job in JOBS}
     for run in range(runs):
         for job in JOBS:
             settings = _deployment(root, f"run{run}-{JOBS.index(job)}",
@@ -242,7 +246,7 @@ def _render_freshness(fresh: list[live.Fresh]) -> list[str]:
     titles = [f"bare stream, {floor.rate:,.0f} events/s", *(f"speed layer, {run.rate:,.0f} events/s" for run in speed)]
     rows = [f"| {title} | {name} | {len(times)} | {_p(times, 0.5)} | {_p(times, 0.95)} | {_p(times, 0.99)} | "
             f"{sum(t == float('inf') for t in times)} |"
-            for title, run in zip(titles, fresh) for name, times in run.seconds.items()]
+            for title, run in zip(titles, fresh, strict=True) for name, times in run.seconds.items()]
     batches = speed[0].batches
     records, seconds = [r for r, _ in batches], [s for _, s in batches]
     return ["## Freshness", "", "- **Freshness:**" + _doc(live).split("- **Freshness:**")[1].rstrip(), "",
@@ -417,7 +421,7 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
     rows = [f"| {w.minute:.0f} | {w.speed_mb:,} | {w.serving_mb:,} | {w.raw_events_files:,} | "
             f"{w.speed_partials_files:,} | {w.checkpoints_mb:,.1f} | {_p(seen, 0.5)} / {_p(seen, 0.99)} | "
             f"{live.percentile(w.points_ms, 0.5):,.1f} / {live.percentile(w.points_ms, 0.99):,.1f} | {w.point_errors} |"
-            for w, seen in zip(soak.windows, fresh)]
+            for w, seen in zip(soak.windows, fresh, strict=True)]
     growth = {name: getattr(last, name) / getattr(first, name) - 1 for name in ("speed_mb", "serving_mb")}
     runs = "; ".join(f"{dag} {run_id}: {state}" for dag, run_id, state in soak.runs) or "none"
     return [
@@ -437,6 +441,8 @@ def _kill_rows(kills: reliability.Kills) -> list[str]:
     differing = sum(wrong for wrong, _ in storm.differing.values())
     restarts = storm.restart_seconds
     wrong = sum(wrong for wrong, _ in orchestrator.differing.values())
+    orchestrator_lost = (orchestrator.stuck + orchestrator.leftovers + orchestrator.recorded_twice
+                         + orchestrator.unrecorded + wrong)
     states = collections.Counter(orchestrator.states.values())
     return [
         f"| {on} | kill storm | {storm.kills} x `kill -9` of the speed layer while {storm.events:,} records were "
@@ -456,7 +462,7 @@ def _kill_rows(kills: reliability.Kills) -> list[str]:
         f"{', '.join(f'{n} {state}' for state, n in states.items())}; processes of a dead scheduler left running: "
         f"{orchestrator.leftovers}; the ledger's (view, day) recorded twice {orchestrator.recorded_twice}, never "
         f"{orchestrator.unrecorded}; rows differing from the oracle: {_views(orchestrator.differing)} | "
-        f"{orchestrator.stuck + orchestrator.leftovers + orchestrator.recorded_twice + orchestrator.unrecorded + wrong} |",
+        f"{orchestrator_lost} |",
     ]
 
 
@@ -486,11 +492,13 @@ def render_reliability(kills: list[reliability.Kills], batch_kill: reliability.B
         f"had finished); the engine back in {statistics.median(r.back_seconds for r in rounds):.1f} s (median) | "
         f"reruns that converged to the oracle: {sum(r.converged for r in rounds)} of {len(rounds)}; reader "
         f"snapshots with a view's day half-replaced: {sum(r.mixed for r in rounds)} of "
-        f"{sum(r.snapshots for r in rounds):,} | {sum(not r.converged for r in rounds) + sum(r.mixed for r in rounds)} |",
+        f"{sum(r.snapshots for r in rounds):,} | "
+        f"{sum(not r.converged for r in rounds) + sum(r.mixed for r in rounds)} |",
         f"| {embedded} | hostile input | {hostile.records:,} records, {hostile.kinds} kinds of malformation among "
         f"valid events; a 10 MB record refused when sent: {hostile.refused_by_broker} of 1 | {_lost(hostile.landing)}; "
         f"valid events landed {hostile.valid_landed:,} of {hostile.valid:,}; speed layer restarts "
-        f"{hostile.speed_restarts} | {hostile.landing.lost + hostile.landing.repeated + hostile.valid - hostile.valid_landed} |",
+        f"{hostile.speed_restarts} | "
+        f"{hostile.landing.lost + hostile.landing.repeated + hostile.valid - hostile.valid_landed} |",
         "",
         f"The batch kill's failed tasks said: {' / '.join(f'`{e}`' for e in errors) or 'nothing'}; its reruns "
         f"that failed: {' / '.join(f'`{r.rerun_error}`' for r in rounds if r.rerun_error) or 'none'}.", "",
@@ -519,10 +527,12 @@ def _kills(args, root: Path, topology: str, say) -> reliability.Kills:
     say(f"{topology}: starting Kafka on {broker.kafka_bootstrap} ...")
     kafka.start(broker)
     try:
-        storm, broker_kill = (_deployment(root, name, **chosen, topic_prefix=f"{name}-") for name in ("storm", "broker-kill"))
+        storm, broker_kill = (_deployment(root, name, **chosen, topic_prefix=f"{name}-")
+                              for name in ("storm", "broker-kill"))
         for scenario in (storm, broker_kill):
             kafka.ensure_topics(scenario)
-        say(f"{topology}: kill storm, {args.kills} x kill -9 of the speed layer during {args.storm_events:,} events ...")
+        say(f"{topology}: kill storm, {args.kills} x kill -9 of the speed layer during "
+            f"{args.storm_events:,} events ...")
         stormed = reliability.kill_storm(storm, args.storm_events, args.kills, say)
         say(f"{topology}: broker kill ...")
         killed = reliability.broker_kill(broker_kill, broker, args.storm_events // 10, say)
@@ -596,7 +606,12 @@ def _parts(text: str) -> dict[str, str]:
     starts = sorted((text.index(f"\n{heading}\n") + 1, name) for name, heading in PARTS.items()
                     if f"\n{heading}\n" in text)
     ends = [start for start, _ in starts[1:]] + [len(text)]
-    return {name: text[start:end].rstrip() + "\n" for (start, name), end in zip(starts, ends)}
+    return {name: text[start:end].rstrip() + "\n" for (start, name), end in zip(starts, ends, strict=True)}
+
+
+#: Each part's render function: the part's measurements, then the command, the date and the minutes it took.
+RENDERS: dict[str, Callable[..., str]] = {"speed": render, "serving": render_serving, "batch": render_batch,
+                                          "orchestrated": render_orchestrated, "reliability": render_reliability}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -606,24 +621,24 @@ def main(argv: list[str] | None = None) -> int:
     parts = _parts(REPORT.read_text()) if REPORT.exists() else {}
     root = Path(tempfile.mkdtemp(prefix="lambdalake-bench-"))
     soak_rate = args.soak_rate or SOAK_RATE
+    figures: tuple  # a part's measurements, what its render function takes first
     try:
         for part in [args.only] if args.only else PARTS:
-            date, began = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
+            date, began = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
             if part == "speed":
-                figures, write = _speed(args, root, say), render
+                figures = _speed(args, root, say)
                 kept = [s.rate for s in figures[3] if s.kept_up]
                 soak_rate = args.soak_rate or (max(kept) / 2 if kept else SOAK_RATE)
             elif part == "serving":
-                figures, write = serving.run(_deployment(root, "serving"), args.serving_events, say), render_serving
+                figures = serving.run(_deployment(root, "serving"), args.serving_events, say)
             elif part == "reliability":
-                figures, write = _reliability(args, root, soak_rate, say), render_reliability
+                figures = _reliability(args, root, soak_rate, say)
             elif part == "orchestrated":
-                figures, write = (orchestrated.run(_deployment(root, "orchestrated"), args.day_events, say),
-                                  render_orchestrated)
+                figures = orchestrated.run(_deployment(root, "orchestrated"), args.day_events, say)
             else:
-                figures, write = batch.run(_deployment(root, "batch"), _deployment(root, "batch-late"),
-                                           args.batch_events, args.batch_runs, say), render_batch
-            parts[part] = write(*figures, _command(argv), date, (time.monotonic() - began) / 60)
+                figures = batch.run(_deployment(root, "batch"), _deployment(root, "batch-late"),
+                                    args.batch_events, args.batch_runs, say)
+            parts[part] = RENDERS[part](*figures, _command(argv), date, (time.monotonic() - began) / 60)
             REPORT.write_text(HEADER + "\n" + "\n".join(parts[name] for name in PARTS if name in parts))
             say(f"wrote the {part} part of {REPORT.relative_to(REPO)}")
     except (processes.ServiceError, RuntimeError, TimeoutError) as exc:

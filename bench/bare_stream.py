@@ -117,6 +117,7 @@ def running(settings: Settings):
         proc = subprocess.Popen([sys.executable, "-m", "bench.bare_stream", str(settings.home)],
                                 stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         if proc.stdout.readline().strip() != "running":
             raise RuntimeError(f"the bare stream did not start:\n{log.read_text()[-3000:]}")
         yield

@@ -31,7 +31,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from domains import producer
 from domains.clickstream import generator
@@ -65,13 +66,13 @@ def _produce(bootstrap: str, topic: str, start: float, rate: float, seconds: flo
     then send each at its time (a producer process)."""
     from kafka import KafkaProducer
 
-    began = datetime.fromtimestamp(start, timezone.utc)
+    began = datetime.fromtimestamp(start, UTC)
     records = generator.generate(began, began + timedelta(seconds=seconds), round(rate * seconds), seed=seed,
                                  shaped=False, users=users)
     sender = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
     sent = 0
     while sent < len(records):
-        due = bisect.bisect_right(records, datetime.now(timezone.utc), lo=sent, key=lambda r: r.send_at)
+        due = bisect.bisect_right(records, datetime.now(UTC), lo=sent, key=lambda r: r.send_at)
         for record in records[sent:due]:
             sender.send(topic, key=record.key, value=record.value)
         sent = due
@@ -191,7 +192,7 @@ def _poll(settings: Settings, sql: str, before: int, sent: float) -> float:
 def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
     user, stamp = f"marker-user-{marker}", _stamp(now)
     common = {"event_time": stamp, "user_id": user, "session_id": user}
-    events = [
+    events: list[dict[str, object]] = [
         {"event_type": "purchase", "product_id": f"marker-{marker}", "quantity": 1, "amount": 1.0},
         {"event_type": "page_view", "page": f"/marker-{marker}"},
         {"event_type": "search", "query": f"marker-{marker}"},
@@ -202,7 +203,7 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
 
 def marker_products(settings: Settings, markers: range) -> None:
     """Give each marker's product a category of its own, in the products changelog."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     [products] = [d for d in domain(settings.domain).dimensions if d.name == "products"]
     records = [producer.Record(now, f"marker-{m}".encode(), json.dumps(
         {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}).encode(),
@@ -223,7 +224,8 @@ class _MicroBatches:
         while not self._done.wait(0.2):
             query = ((services.speed_health(self._settings) or {}).get("queries") or {}).get("landing") or {}
             if query.get("input_rows"):
-                self.seen[query["batch_id"]] = (query["input_rows"], query["durations_ms"].get("triggerExecution", 0) / 1000)
+                self.seen[query["batch_id"]] = (query["input_rows"],
+                                                query["durations_ms"].get("triggerExecution", 0) / 1000)
 
     def __enter__(self) -> _MicroBatches:
         self._thread.start()
@@ -274,18 +276,18 @@ def markers_seen(settings: Settings, numbers: range, relations: tuple[str, ...],
             for marker in numbers:
                 if time.time() > until:
                     break
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 if now.minute == 0:
                     time.sleep(60 - now.second)
-                    now = datetime.now(timezone.utc)
+                    now = datetime.now(UTC)
                 checks = {name: sql for name, sql in _checks(marker, now).items() if name in relations}
-                before = dict(zip(checks, pool.map(lambda sql: _value(settings, sql), checks.values())))
+                before = dict(zip(checks, pool.map(lambda sql: _value(settings, sql), checks.values()), strict=True))
                 sent = time.monotonic()
                 for key, value in _marker_events(marker, now):
                     sender.send(settings.topic, key=key, value=value)
                 sender.flush()
-                took = pool.map(lambda name: _poll(settings, checks[name], before[name], sent), checks)
-                for name, seconds in zip(checks, took):
+                took = pool.map(partial(_poll, settings, sent=sent), checks.values(), before.values())
+                for name, seconds in zip(checks, took, strict=True):
                     seen[name].append(seconds)
     finally:
         sender.close()

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
+from batch_layer.recompute import recompute_day
 from bench import batch, throughput
 from infra import airflow, batch_engine, services
 from infra import spark as sparks
 from infra.settings import Settings
-from batch_layer.recompute import recompute_day
 from views.timebase import DAY, UTC, day_start
 
 DAG = "batch_recompute"
@@ -87,7 +87,7 @@ def _engine_memory(settings: Settings) -> Memory:
 def _warm(settings: Settings, day: date, runs: int) -> list[float]:
     """``recompute_day`` of ``day`` in this process's own session: one untimed run, then ``runs`` timed."""
     spark, times = sparks.session(settings, "lambdalake-bench-warm"), []
-    for i in range(runs + 1):
+    for _ in range(runs + 1):
         began = time.perf_counter()
         recompute_day(spark, settings, day_start(day), day_start(day) + DAY)
         times.append(time.perf_counter() - began)

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from bench import bare_stream, landing
 from domains.clickstream import generator
@@ -33,7 +33,7 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
     spark = sparks.session(settings, "lambdalake-bench-parse")
     try:
         ensure_tables(spark, settings)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         records = landing.kafka_records(spark, generator.generate(now - timedelta(hours=1), now, count),
                                         settings.home / "records.parquet").cache()
         records.count()
@@ -43,7 +43,7 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
                                                                   settings.future_horizon_seconds),
             BASELINE: lambda: bare_stream.as_raw_events(records, settings),
         }
-        seconds = {name: [] for name in parses}
+        seconds: dict[str, list[float]] = {name: [] for name in parses}
         for round_ in range(WARM + runs):
             for name, parse in parses.items():
                 began = time.perf_counter()

@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psutil
 import requests
@@ -242,8 +242,16 @@ def _send(settings: Settings, records: list[Record]) -> None:
         producer.send(settings, chunk)
 
 
+def _running_pid(settings: Settings, name: str) -> int:
+    """The pid of service ``name``, which must be running."""
+    pid = processes.running_pid(settings, name)
+    if pid is None:
+        raise processes.ServiceError(f"{name} is not running")
+    return pid
+
+
 def _kill_speed(settings: Settings) -> None:
-    pid = processes.running_pid(settings, services.SPEED)
+    pid = _running_pid(settings, services.SPEED)
     group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     os.killpg(pid, signal.SIGKILL)
     psutil.wait_procs(group, timeout=30)
@@ -274,7 +282,7 @@ def _recompute_all(settings: Settings, records: list[Record]) -> None:
     days = set()
     for record in records:
         try:
-            days.add(datetime.fromisoformat(json.loads(record.value)["event_time"]).date())
+            days.add(datetime.fromisoformat(record.event()["event_time"]).date())
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     spark = sparks.session(settings, "lambdalake-bench-reliability")
@@ -283,7 +291,7 @@ def _recompute_all(settings: Settings, records: list[Record]) -> None:
 
 
 def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=2), now, events, seed=31, shaped=False)
     services.start_speed(settings)
     sender = threading.Thread(target=_send, args=(settings, records), daemon=True)
@@ -308,7 +316,7 @@ def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
 
 
 def broker_kill(settings: Settings, broker: Settings, events: int, say) -> BrokerKill:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     records = generator.generate(now - timedelta(minutes=8), now, events, seed=32, shaped=False,
                                  mix=Mix(late=0, duplicate=0, malformed=0))
     services.start_speed(settings)
@@ -321,13 +329,13 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
                 errors = producer.publish(settings, ((r.key, r.value, None) for r in chunk), settings.topic)
             except ValueError:  # no broker to send to: the chunk is not acknowledged
                 continue
-            acked.extend(r for r, error in zip(chunk, errors) if error is None)
+            acked.extend(r for r, error in zip(chunk, errors, strict=True) if error is None)
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
     time.sleep(len(records) / SEND_RATE / 3)
     say(f"  kill -9 of broker {victim.name} ...")
-    os.kill(processes.running_pid(broker, victim.name), signal.SIGKILL)
+    os.kill(_running_pid(broker, victim.name), signal.SIGKILL)
     time.sleep(5)
     kafka.start(broker)
     watchdog = []
@@ -336,7 +344,7 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
         sender.join(WATCH_EVERY)
     watchdog.append(services.watch_speed(settings))
     services.wait_for_landing(settings, timeout=900)
-    ids = {json.loads(r.value)["event_id"] for r in acked}
+    ids = {r.event()["event_id"] for r in acked}
     _, [(found,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
                                            "(SELECT unnest($ids))", {"ids": sorted(ids)})
     landing, restarted = _landing(settings), processes.running_pid(settings, services.SPEED) != speed
@@ -358,7 +366,7 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     from tests.compare import day_measures, merged_rows, same_days
     from tests.integration.records import land
 
-    day = timebase.day_start(datetime.now(timezone.utc).date() - 2 * timebase.DAY)
+    day = timebase.day_start(datetime.now(UTC).date() - 2 * timebase.DAY)
     views = all_views(settings.view_modules, settings.domain)
     spark = sparks.session(settings, "lambdalake-bench-batch-kill")
     ensure_tables(spark, settings)
@@ -376,6 +384,10 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     def merged() -> dict:
         return {name: day_measures(view, merged_rows(settings, view), day) for name, view in views.items()}
 
+    def read(seen: list[dict], reading: threading.Event) -> None:
+        while not reading.is_set():
+            seen.append(merged())
+
     landed(40)
     began = time.monotonic()
     if error := _finished(batch_engine.day_task(settings, day)):
@@ -383,17 +395,13 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     duration, before = time.monotonic() - began, merged()
     try:
         for kill in range(kills):
-            new, seen, reading = landed(41 + kill), [], threading.Event()
-
-            def read() -> None:
-                while not reading.is_set():
-                    seen.append(merged())
-
-            reader = threading.Thread(target=read)
+            new, reading = landed(41 + kill), threading.Event()
+            seen: list[dict] = []  # the merged views, as each read of them found them
+            reader = threading.Thread(target=read, args=(seen, reading))
             reader.start()
             task, at = batch_engine.day_task(settings, day), rng.uniform(0, duration)
             time.sleep(at)
-            os.kill(processes.running_pid(settings, batch_engine.NAME), signal.SIGKILL)
+            os.kill(_running_pid(settings, batch_engine.NAME), signal.SIGKILL)
             error, began = _finished(task), time.monotonic()
             batch_engine.watch(settings)
             back = time.monotonic() - began
@@ -417,7 +425,7 @@ def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, sa
     from speed_layer.queries import ensure_tables
     from tests.integration.records import land
 
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     settings = settings.save(batch_start_date=today.isoformat())  # no scheduled run beside the backfill's
     first = timebase.day_start(today - days * timebase.DAY)
     records = generator.generate(first, timebase.day_start(today), events * days, seed=33)
@@ -435,9 +443,9 @@ def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, sa
         client.unpause(BACKFILLED)
         for kill in range(kills):
             time.sleep(rng.uniform(5, 20))
-            forked = psutil.Process(processes.running_pid(settings, airflow.SCHEDULER)).children(recursive=True)
+            forked = psutil.Process(_running_pid(settings, airflow.SCHEDULER)).children(recursive=True)
             for name in (airflow.SCHEDULER, airflow.API_SERVER):
-                os.kill(processes.running_pid(settings, name), signal.SIGKILL)
+                os.kill(_running_pid(settings, name), signal.SIGKILL)
             killed_at.append(time.monotonic() - began)
             services.start_airflow(settings)
             back.append(time.monotonic() - began - killed_at[-1])
@@ -482,7 +490,7 @@ def _point_clients(settings: Settings, stop: threading.Event, found: list) -> li
     def client(seed: int) -> None:
         rng = random.Random(seed)
         while not stop.wait(SOAK_QUERY_EVERY):
-            minute = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=1)
+            minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
             sql = (f"SELECT views FROM page_views_per_minute WHERE page = '{rng.choice(generator.PAGES)}' "
                    f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
             began = time.perf_counter()
@@ -507,7 +515,7 @@ def _disk_mb(path) -> float:
 
 def soak(settings: Settings, rate: float, minutes: int, say) -> Soak:
     """The platform under load for ``minutes`` at ``rate`` events/s (:class:`Soak`)."""
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     settings = settings.save(batch_start_date=(today - timebase.DAY).isoformat())
     try:
         return _soaked(settings, rate, minutes, say)
@@ -523,7 +531,8 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
     windows, per_window = minutes * 60 // SOAK_WINDOW, (SOAK_WINDOW - live.MARKER_TIMEOUT) // live.PER_MARKER
     live.marker_products(settings, range(windows * per_window))
     loads = [live.load(settings, rate, live.WARM_UP + SOAK_WINDOW, seed=50, users=live.USERS)]
-    stop, points, found, clients = threading.Event(), [], [], []
+    stop, found, clients = threading.Event(), [], []
+    points: list[tuple[float, float, bool]] = []  # (end, seconds since the epoch; milliseconds; ok)
     try:
         loads[0].begin()
         client.unpause_all()  # the nightly run of yesterday starts now (the deployment's start date)
@@ -535,7 +544,7 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
                 loads.append(live.load(settings, rate, SOAK_WINDOW, seed=51 + k, users=live.USERS,
                                        start=loads[-1].end))
             if k == 1:
-                client.trigger("maintenance", datetime.now(timezone.utc))
+                client.trigger("maintenance", datetime.now(UTC))
             end = began + (k + 1) * SOAK_WINDOW
             seen, _ = live.markers_seen(settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS,
                                         end - live.MARKER_TIMEOUT)
@@ -612,17 +621,17 @@ def _kinds() -> dict[str, Callable[[dict], bytes]]:
 KINDS = tuple(_kinds())
 def _renamed(record: Record, kind: str, event_id: str) -> dict:
     """The record's event, with an id of its own unless ``kind`` is :data:`SAME_ID`."""
-    event = json.loads(record.value)
+    event = record.event()
     return event if kind == SAME_ID else {**event, "event_id": event_id}
 
 
 def hostile_input(settings: Settings, per_kind: int, say) -> Hostile:
     """``per_kind`` records broken in each of :data:`KINDS` ways, each from a valid page view of its own
     that is sent too, among as many other valid events."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     valid = generator.generate(now - timedelta(minutes=8), now, 2 * per_kind * len(KINDS), seed=33, shaped=False,
                                mix=Mix(late=0, duplicate=0, malformed=0))
-    page_views = [r for r in valid if json.loads(r.value)["event_type"] == "page_view"]
+    page_views = [r for r in valid if r.event()["event_type"] == "page_view"]
     broken = [Record(good.send_at, good.key, brk(_renamed(good, name, f"broken-{i}-{j}")), "malformed")
               for i, (name, brk) in enumerate(_kinds().items())
               for j, good in enumerate(page_views[(i * per_kind + j) % len(page_views)] for j in range(per_kind))]
@@ -634,7 +643,7 @@ def hostile_input(settings: Settings, per_kind: int, say) -> Hostile:
     services.wait_for_landing(settings, timeout=900)
     _, [(landed_valid,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
                                                   "(SELECT unnest($ids))",
-                                        {"ids": [json.loads(r.value)["event_id"] for r in valid]})
+                                        {"ids": [r.event()["event_id"] for r in valid]})
     restarts = int(processes.running_pid(settings, services.SPEED) != pid)
     landing = _landing(settings)
     services.stop_speed(settings)

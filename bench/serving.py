@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from deltalake import DeltaTable
 
@@ -125,7 +125,7 @@ class Writes:
 def build(spark, settings: Settings, count: int, say) -> Data:
     """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
     (UTC) and recompute every view over them."""
-    began, now = time.monotonic(), datetime.now(timezone.utc)
+    began, now = time.monotonic(), datetime.now(UTC)
     end = now.replace(hour=0, minute=0, second=0, microsecond=0)
     start = end - timedelta(days=DAYS)
     ensure_tables(spark, settings)
@@ -150,7 +150,7 @@ def draw(rows: list, sizes: list[int], seed: int) -> list[list]:
     """Samples of ``rows``, one of each size, drawn seeded: no row is in two of them."""
     drawn = random.Random(seed).sample(rows, sum(sizes))
     bounds = [0, *itertools.accumulate(sizes)]
-    return [drawn[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [drawn[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def queries(settings: Settings, data: Data, seed: int = 3) -> Queries:
@@ -181,7 +181,7 @@ def _timed(call: Callable[[str], object], queries: list[str], every: float = 0.0
 def _latencies(run: Runner, queries: list[str], rows: int) -> list[float]:
     """Milliseconds per query, each checked (after its timing) to give ``rows`` rows."""
     times, results = _timed(run, queries)
-    for sql, found in zip(queries, results):
+    for sql, found in zip(queries, results, strict=True):
         if len(found) != rows:
             raise RuntimeError(f"expected {rows} rows from {sql}, got {len(found)}")
     return times
@@ -232,7 +232,7 @@ def under_writes(spark, settings: Settings, queries: list[str]) -> Writes:
     batches, stop = itertools.count(), threading.Event()
 
     def micro_batch() -> None:
-        n, now = next(batches), datetime.now(timezone.utc)
+        n, now = next(batches), datetime.now(UTC)
         records = generator.generate(now - timedelta(minutes=1), now, BATCH_EVENTS, seed=100 + n)
         fold(landing.kafka_records(spark, records, settings.home / f"writes-{n}"), n)
 
@@ -271,8 +271,8 @@ def run(settings: Settings, count: int,
         say(f"serving: caching {', '.join(CACHED)} in the Spark SQL session ...")
         for name in CACHED:
             session.sql(f'CACHE TABLE "{name}"')
-        runners = dict(zip(RUNNERS, (lambda text: engine.query(settings, text)[1],
-                                     lambda text: session.sql(text).collect())))
+        runners: dict[str, Runner] = dict(zip(RUNNERS, (lambda text: engine.query(settings, text)[1],
+                                                        lambda text: session.sql(text).collect()), strict=True))
         results = {}
         for name, runner in runners.items():
             say(f"serving: timing {name} ...")

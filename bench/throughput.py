@@ -17,6 +17,7 @@ new process, the baseline's too: every job starts with a JVM whose JIT has compi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -63,10 +64,8 @@ def bare(settings: Settings, total: int) -> Drain:
 def _memory_mb(pid: int) -> float:
     process, rss = psutil.Process(pid), 0
     for part in [process, *process.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # a short-lived Python worker of Spark's
             rss += part.memory_info().rss
-        except psutil.NoSuchProcess:  # a short-lived Python worker of Spark's
-            pass
     return rss / 2**20
 
 
@@ -78,7 +77,7 @@ def live_heap_mb(pid: int) -> float:
     subprocess.run(["jcmd", str(jvm), "GC.run"], check=True, capture_output=True, timeout=60)
     header, values = subprocess.run(["jstat", "-gc", str(jvm)], check=True, capture_output=True, text=True,
                                     timeout=60).stdout.split("\n")[:2]
-    gc = dict(zip(header.split(), values.split()))
+    gc = dict(zip(header.split(), values.split(), strict=True))
     return sum(float(gc[space]) for space in ("S0U", "S1U", "EU", "OU")) / 1024
 
 
@@ -87,8 +86,12 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
     ``live_heap``, its live heap at each quarter: each a full collection, which the drain's time pays)."""
     services.start_speed(settings)
     pid = processes.running_pid(settings, services.SPEED)
+    assert pid is not None  # start_speed waited until it was healthy
     try:
-        deadline, first, seen, memory, steps, live = time.monotonic() + TIMEOUT, None, set(), {}, {}, {}
+        deadline, first, seen = time.monotonic() + TIMEOUT, None, set()
+        memory: dict[int, float] = {}
+        steps: dict[str, float] = {}
+        live: dict[int, float] = {}
         while time.monotonic() < deadline:
             report = services.speed_health(settings)
             if report is None:

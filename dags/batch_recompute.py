@@ -21,7 +21,7 @@ dataset (`raw_events`), replacing that day in `batch/<view>` and recording that 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, get_current_context, task
 
@@ -36,8 +36,8 @@ def _start_date() -> datetime:
     """The deployment's first batch day, or three days ago if ``lambdalake up`` has not set one."""
     configured = settings.batch_start_date
     if configured:
-        return datetime.fromisoformat(configured).replace(tzinfo=timezone.utc)
-    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        return datetime.fromisoformat(configured).replace(tzinfo=UTC)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return today - timedelta(days=3)
 
 

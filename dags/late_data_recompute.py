@@ -13,7 +13,7 @@ Days not batched yet need nothing: their nightly `batch_recompute` run will coun
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, task
 
@@ -28,7 +28,7 @@ with DAG(
     doc_md=__doc__ + dags.quality_docs(settings),
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"),
                                  assets=[dags.table(settings, tables.LATE_EVENTS)]),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=dags.default_args(priority_weight=dags.BATCH_PRIORITY, **dags.ENGINE_RETRIES),

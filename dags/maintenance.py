@@ -22,7 +22,7 @@ Its Spark work goes to the batch engine, below batch runs in priority: it never 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, chain, task
 
@@ -33,7 +33,7 @@ with DAG(
     dag_id="maintenance",
     doc_md=__doc__,
     schedule="@hourly",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=dags.default_args(timedelta(minutes=5), priority_weight=dags.MAINTENANCE_PRIORITY),

@@ -21,7 +21,7 @@ of their batch tables, `batch/<view>@<label>`, then switch serving to all of the
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, get_current_context, task
 
@@ -37,7 +37,7 @@ with DAG(
     dag_id="reprocess",
     doc_md=__doc__ + dags.quality_docs(settings),
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=dags.default_args(priority_weight=dags.BATCH_PRIORITY),

@@ -15,7 +15,7 @@ task is skipped and the Asset is not updated.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowSkipException
@@ -30,7 +30,7 @@ with DAG(
     dag_id="speed_layer_watchdog",
     doc_md=__doc__,
     schedule=timedelta(minutes=5),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=dags.default_args(),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterable
 
 from infra.settings import Settings
 
@@ -20,6 +20,12 @@ class Record:
     key: bytes | None
     value: bytes | None  # None: a tombstone (a changelog's deletion)
     kind: str
+
+    def event(self) -> dict:
+        """The value as JSON: an event's (or a change's) fields; a tombstone has none (TypeError)."""
+        if self.value is None:
+            raise TypeError(f"a tombstone has no value: {self}")
+        return json.loads(self.value)
 
 
 #: How long to wait for the broker to answer at first (it runs on this machine: if it does not answer
@@ -144,7 +150,8 @@ def parse_lines(lines: list[bytes], now: datetime, key: str = "user_id", changel
             event = {}
             not_objects.append(number)
         deleted = changelog and event.get("deleted") is True
-        records.append(Record(now + timedelta(microseconds=number), str(event[key]).encode() if event.get(key) else None,
+        records.append(Record(now + timedelta(microseconds=number),
+                              str(event[key]).encode() if event.get(key) else None,
                               None if deleted else line, "deletion" if deleted else "from_file"))
     return FileRecords(records, blank, not_objects)
 

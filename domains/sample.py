@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable
 
 from domains.producer import Record
 
@@ -30,6 +30,10 @@ class Mix:
     duplicate: float = 0.02
     malformed: float = 0.01
     late_by: tuple[int, int] = (20, 90)  # minutes a late event's time trails the stream
+
+
+#: The generators' default mix.
+MIX = Mix()
 
 
 def _daily_weight(moment: datetime) -> float:

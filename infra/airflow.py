@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -216,7 +217,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
     if not _running(settings, API_SERVER):
         processes.require_free(settings.airflow_port, "Airflow API server")
     _prepare(settings)
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     deadline = time.monotonic() + timeout
     try:
         # The scheduler starts once the dag-processor has parsed the DAGs: each activates the DAGs' Assets
@@ -242,9 +243,9 @@ def _launch(settings: Settings, names: list[str], since: datetime, deadline: flo
         if not _running(settings, name):
             processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
     for name in reversed(names):
-        processes.wait_until(lambda: _healthy(settings, name, since), max(deadline - time.monotonic(), 1),
+        processes.wait_until(partial(_healthy, settings, name, since), max(deadline - time.monotonic(), 1),
                              f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
-                             alive=lambda: _running(settings, name))
+                             alive=partial(_running, settings, name))
 
 
 def _parsed(client: AirflowClient) -> bool:
@@ -386,7 +387,7 @@ class AirflowClient:
             failed = [run_id for run_id, state in now.items() if state == "failed"]
             if failed:
                 raise AirflowError(self._failure(dag_id, failed[0]))
-            enough = len(now) >= runs if wanted is None else set(now) == wanted
+            enough = len(now) >= runs if isinstance(runs, int) else set(now) == wanted
             return now if enough and all(state == "success" for state in now.values()) else None
 
         return processes.poll(finished, timeout, 2, lambda: AirflowError(
@@ -450,4 +451,4 @@ def _errors(log: Path) -> str | None:
 
 def _iso(moment: datetime) -> str:
     """ISO 8601 with an offset, as the API wants (naive datetimes are taken as UTC)."""
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).isoformat()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psutil
 
@@ -82,8 +82,8 @@ def warm_up(settings: Settings) -> None:
     """Rehearse a nightly run on the engine (:func:`_rehearsal`), so that the first task after a start
     finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths compiled
     (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s warm).
-    It reads and writes none of the deployment's data. The job runs in a process of its own: a Spark Connect session turns the whole process's
-    pyspark to Connect."""
+    It reads and writes none of the deployment's data. The job runs in a process of its own: a Spark Connect
+    session turns the whole process's pyspark to Connect."""
     job = multiprocessing.get_context("spawn").Process(target=_rehearsal, args=(settings,), name="engine-warm-up")
     job.start()
     job.join()
@@ -93,7 +93,7 @@ def warm_up(settings: Settings) -> None:
 
 
 #: The day the rehearsal generates and recomputes, and its events.
-REHEARSED_DAY = datetime(2000, 1, 3, tzinfo=timezone.utc)
+REHEARSED_DAY = datetime(2000, 1, 3, tzinfo=UTC)
 REHEARSED_EVENTS = 2000
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from datetime import timedelta
+from typing import Any
 
 from airflow.sdk import Asset
 
@@ -19,7 +20,7 @@ OWNER = "data-platform"
 
 
 #: A batch task's retries outlast the watchdog's period (5 minutes), which restarts a lost engine: 1, 2, 4 min.
-ENGINE_RETRIES = {"retries": 3, "retry_exponential_backoff": True}
+ENGINE_RETRIES: dict[str, Any] = {"retries": 3, "retry_exponential_backoff": True}
 #: Tasks' priorities when they wait for a slot: batch runs before maintenance.
 BATCH_PRIORITY, MAINTENANCE_PRIORITY = 10, 1
 

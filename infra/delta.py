@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import deltalake
 import pyarrow as pa
@@ -98,7 +98,8 @@ class BatchAppends:
     """
 
     def __init__(self, app_id: str) -> None:
-        self.app_id, self.last = app_id, {}
+        self.app_id = app_id
+        self.last: dict[str, int] = {}  # table path -> the last micro-batch of app_id committed there
 
     def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> bool:
         """Append ``rows`` unless micro-batch ``batch_id`` was committed there (then False); new columns
@@ -111,8 +112,8 @@ class BatchAppends:
         mark = json.dumps({"app": self.app_id, "batch": batch_id})
         if isinstance(rows, pa.Table):
             deltalake.write_deltalake(path, rows, mode="append", partition_by=list(partition_by) or None,
-                                      schema_mode="merge",
-                                      commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": mark}))
+                                      schema_mode="merge", commit_properties=deltalake.CommitProperties(
+                                          custom_metadata={"userMetadata": mark}))
         else:
             (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
              .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
@@ -128,7 +129,7 @@ def to_arrow(rows: DataFrame) -> pa.Table:
             return T.StructType([T.StructField(f.name, relaxed(f.dataType), True, f.metadata) for f in kind])
         return kind
 
-    return rows.to(relaxed(rows.schema)).toArrow()
+    return rows.to(cast(T.StructType, relaxed(rows.schema))).toArrow()  # a struct stays a struct
 
 
 def replace(rows: pa.Table, path: str, where: str) -> None:

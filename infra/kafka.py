@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infra import processes
 from infra.settings import JAR_CACHE, Settings
 from views import domain
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer
 
 NAME = "kafka"
 HOST = "127.0.0.1"
@@ -173,10 +179,14 @@ def start(settings: Settings, timeout: float = 90) -> None:
         processes.start(settings, node.name, _java(settings, "kafka.Kafka", str(node.dir / "server.properties"),
                                                    heap="768m"))
     for node in nodes(settings):
-        processes.wait_until(lambda: healthy(settings, node), timeout, f"Kafka broker {node.name}",
+        processes.wait_until(partial(healthy, settings, node), timeout, f"Kafka broker {node.name}",
                              log=processes.log_file(settings, node.name),
-                             alive=lambda: processes.running_pid(settings, node.name) is not None)
+                             alive=partial(_running, settings, node.name))
     ensure_topics(settings)
+
+
+def _running(settings: Settings, name: str) -> bool:
+    return processes.running_pid(settings, name) is not None
 
 
 def stop(settings: Settings) -> bool:
@@ -204,10 +214,8 @@ def ensure_topics(settings: Settings) -> None:
         ]
         missing = [t for t in wanted if t.name not in existing]
         if missing:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass
     finally:
         admin.close()
 
@@ -236,7 +244,7 @@ class Offsets:
 
     def __init__(self, settings: Settings, topic: str, timeout_ms: int = 3000):
         self._settings, self._topic, self._timeout_ms = settings, topic, timeout_ms
-        self._consumer = None
+        self._consumer: KafkaConsumer | None = None
 
     def fetch(self, oldest: bool = False) -> dict[str, int]:
         """Each partition's end offset (the next to be written), or its oldest still held; raises
@@ -246,8 +254,10 @@ class Offsets:
         if self._consumer is None:
             self._consumer = KafkaConsumer(bootstrap_servers=self._settings.kafka_bootstrap,
                                            request_timeout_ms=self._timeout_ms + 1000)
-        partitions = [TopicPartition(self._topic, p) for p in sorted(self._consumer.partitions_for_topic(self._topic) or ())]
-        found = (self._consumer.beginning_offsets if oldest else self._consumer.end_offsets)(partitions, self._timeout_ms)
+        partitions = [TopicPartition(self._topic, p)
+                      for p in sorted(self._consumer.partitions_for_topic(self._topic) or ())]
+        offsets = self._consumer.beginning_offsets if oldest else self._consumer.end_offsets
+        found = offsets(partitions, self._timeout_ms)
         return {str(tp.partition): offset for tp, offset in found.items()}
 
     def read(self, oldest: bool = False) -> dict[str, int] | None:

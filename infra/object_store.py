@@ -7,6 +7,7 @@ The tests keep tables in it at ``s3a://`` URIs. Spark reaches it through Hadoop'
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import requests
@@ -85,10 +86,8 @@ class LocalS3:
         """Create bucket ``name`` (if missing); its ``s3a://`` URI."""
         store = s3fs.S3FileSystem(key=self.access_key, secret=self.secret_key, endpoint_url=self.endpoint,
                                   client_kwargs={"region_name": REGION})
-        try:
+        with contextlib.suppress(FileExistsError):  # made before
             store.call_s3("create_bucket", Bucket=name)
-        except FileExistsError:  # made before
-            pass
         return f"s3a://{name}"
 
     def stop(self, settings: Settings) -> bool:

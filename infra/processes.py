@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar, cast
 
 import psutil
 import tenacity
 
 from infra.settings import Settings
-
 
 T = TypeVar("T")
 
@@ -41,8 +42,8 @@ def running_pid(settings: Settings, name: str) -> int | None:
     removed, and whatever the dead process's group left running (:func:`_left_behind`) is killed."""
     path = pid_file(settings, name)
     try:
-        pid, created = path.read_text().split()[:2]
-        pid, created = int(pid), float(created)
+        pid_text, created_text = path.read_text().split()[:2]
+        pid, created = int(pid_text), float(created_text)
     except (FileNotFoundError, ValueError):
         path.unlink(missing_ok=True)
         return None
@@ -76,10 +77,8 @@ def _left_behind(group: int) -> list[psutil.Process]:
 
 def _kill(procs: list[psutil.Process]) -> None:
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=10)
 
 
@@ -136,9 +135,10 @@ def poll(attempt: Callable[[], T | None], timeout: float, every: float, timed_ou
     def give_up(_state: tenacity.RetryCallState):
         raise timed_out()
 
-    return tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(every),
-                             retry=tenacity.retry_if_result(lambda result: result is None),
-                             retry_error_callback=give_up)(attempt)
+    # every None is retried and give_up raises: what comes back is a T
+    return cast(T, tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(every),
+                                     retry=tenacity.retry_if_result(lambda result: result is None),
+                                     retry_error_callback=give_up)(attempt))
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
@@ -171,20 +171,14 @@ def stop(settings: Settings, name: str, timeout: float = 30) -> bool:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         procs = []
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     psutil.wait_procs(alive, timeout=5)
     pid_file(settings, name).unlink(missing_ok=True)
     return True

@@ -143,7 +143,8 @@ def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
         settings = settings.save(batch_start_date=first.isoformat())
     cluster = [("Spark cluster", spark_cluster.start)] if settings.spark_master == "standalone" else []
     for name, start in (("Kafka", kafka.start), *cluster, ("speed layer", start_speed),
-                        ("batch engine", batch_engine.start), ("Airflow", start_airflow), ("serving API", start_serving)):
+                        ("batch engine", batch_engine.start), ("Airflow", start_airflow),
+                        ("serving API", start_serving)):
         began = time.monotonic()
         say(f"starting {name} ...")
         start(settings)

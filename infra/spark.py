@@ -12,7 +12,7 @@ import shlex
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from infra import credentials
 from infra.settings import JAR_CACHE, Settings
@@ -196,10 +196,8 @@ def engine(settings: Settings, url: str | None = None) -> Iterator:
                           f"nothing half-done was committed: rerun once it is back (the watchdog restarts "
                           f"it, `lambdalake up` too)") from None
     finally:
-        try:
+        with suppress(Exception):  # a lost engine cannot release the session; nothing is left to free
             spark.stop()
-        except Exception:  # noqa: BLE001 (a lost engine cannot release the session; nothing is left to free)
-            pass
 
 
 def _quick_retries():

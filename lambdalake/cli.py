@@ -9,7 +9,8 @@ import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from infra import credentials, processes, settings as config
+from infra import credentials, processes
+from infra import settings as config
 
 
 class Parser(argparse.ArgumentParser):
@@ -112,7 +113,7 @@ def _query(settings, sql: str):
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
     if fmt == "json":
-        print(json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=1))
+        print(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str, indent=1))
     elif fmt == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
@@ -140,9 +141,8 @@ def _dimensions(settings, name: str | None, from_file: bool) -> list:
 
 
 def _produce(settings, args) -> None:
-    from domains import generator
+    from domains import generator, producer
     from domains.sample import counts
-    from domains import producer
     from views.timebase import UTC
 
     if not (args.from_file or args.days or args.rate):
@@ -155,14 +155,16 @@ def _produce(settings, args) -> None:
         topic = settings.topic_of(dimension.topic)
         sent = producer.send_changelog(settings, read.records, topic)
         print(f"{dimension.name} changelog: sent {sent} from {args.from_file} to {topic}: "
-              f"{sum(r.value is None for r in read.records)} deletions" + (f"; {read.report()}" if read.report() else ""))
+              f"{sum(r.value is None for r in read.records)} deletions"
+              + (f"; {read.report()}" if read.report() else ""))
     elif dimensions:
         start, end = now - timedelta(days=args.days or 0), now + timedelta(seconds=args.duration if args.rate else 0)
         changelogs = generated.changelogs(start, end, seed=args.seed)
         for dimension in dimensions:
             changes, topic = changelogs[dimension.name], settings.topic_of(dimension.topic)
             sent = producer.send_changelog(settings, changes, topic)
-            print(f"{dimension.name} changelog: sent {sent} to {topic}: {sum(c.value is None for c in changes)} deletions")
+            print(f"{dimension.name} changelog: sent {sent} to {topic}: "
+                  f"{sum(c.value is None for c in changes)} deletions")
     if args.from_file and not dimensions:
         read = producer.read_file(args.from_file, now)
         sent = producer.send(settings, read.records)
@@ -207,7 +209,8 @@ def _reprocess(settings, parser: Parser, args) -> None:
     if args.switch_back:
         if args.first or args.last or args.all_history:
             parser.error("--switch-back takes only --views")
-        for view, done in versions.switch_back(settings, args.views or all_views(settings.view_modules, settings.domain)).items():
+        chosen = args.views or all_views(settings.view_modules, settings.domain)
+        for view, done in versions.switch_back(settings, chosen).items():
             print(f"{view}: serving {done['label']} again; days carried over from the version left: "
                   f"{done['carried_days']}")
         return
@@ -262,7 +265,8 @@ def _status(settings, as_json: bool) -> None:
     api = report["serving_api"]
     print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
     spark = report["spark"]
-    print(f"spark        {spark['master']}" + (f"  {spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""))
+    print(f"spark        {spark['master']}"
+          + (f"  {spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""))
     print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
           f"{sum(r['events'] for r in report['late_events'])}")
     for row in report["late_events"]:

@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 
 from deltalake import DeltaTable
 
-from domains import generator
-from domains import producer
+from domains import generator, producer
 from domains.sample import counts
 from infra import airflow, credentials, kafka, services
 from infra import settings as config
@@ -37,6 +36,7 @@ def run_batch(settings: Settings, say) -> dict[str, str]:
     client.wait_for_dag(DAG)
     earlier = len(client.dag_runs(DAG))
     client.unpause_all()
+    assert settings.batch_start_date is not None  # services.up sets it
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     days = (datetime.now(timebase.UTC) - first).days
     if earlier:
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as problem:
         parser.error(str(problem))
     settings = services.up(settings, say, schedule=False)  # the DAGs go on once history has landed
+    assert settings.batch_start_date is not None  # services.up sets it
     generated = generator(settings.domain)
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     now = datetime.now(timebase.UTC)

@@ -18,7 +18,7 @@ OpenAPI description (routes and parameters, no view's name), the dashboard's pag
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,7 +58,7 @@ def _plotly() -> str:
 
 
 def _utc(moment: datetime | None) -> datetime | None:
-    return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def create(settings: Settings, required_token: str | None = None) -> FastAPI:
@@ -108,7 +108,8 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
         if unknown:
             raise HTTPException(400, f"{', '.join(unknown)}: not a key of {name}; its keys: "
                                      f"{', '.join(view.keys) or 'none'}")
-        conditions, params = ["TRUE"], {}
+        conditions = ["TRUE"]
+        params: dict[str, datetime | str | None] = {}
         for label, moment, op in (("start", start, ">="), ("end", end, "<")):
             if moment is not None:
                 conditions.append(f"window_start {op} ${label}")
@@ -122,7 +123,7 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
         columns, found = run(f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} '
                              f"LIMIT {limit + 1} OFFSET {offset}", params)
         more = len(found) > limit
-        return Page(view=name, rows=[dict(zip(columns, row)) for row in found[:limit]],
+        return Page(view=name, rows=[dict(zip(columns, row, strict=True)) for row in found[:limit]],
                     next_offset=offset + limit if more else None)
 
     @app.post("/query", dependencies=api, response_model=client.Rows, summary="One sandboxed SELECT over the views")

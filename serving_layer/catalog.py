@@ -51,7 +51,7 @@ def rows(settings: Settings, table: str, sql: str) -> list[dict]:
         columns, found = engine.query(settings, sql)
     except QueryError as exc:
         raise QueryError(f"reading {table} failed: {exc}") from None
-    return [dict(zip(columns, row)) for row in found]
+    return [dict(zip(columns, row, strict=True)) for row in found]
 
 
 def quality(settings: Settings) -> dict:

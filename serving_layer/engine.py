@@ -36,6 +36,7 @@ import pyarrow.dataset as ds
 from datasketches import hll_sketch, hll_union
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from duckdb.func import FunctionNullHandling
 
 from batch_layer import versions
 from infra import storage
@@ -43,6 +44,7 @@ from infra.settings import Settings
 from serving_layer import sandbox
 from serving_layer.merge import batch_relation, merged_views
 from views import all_views, compile, domain, tables
+
 
 def base_tables(settings: Settings) -> tuple[str, ...]:
     """The deployment's tables besides the views, in the order they are read: the domain's dimensions and
@@ -105,8 +107,9 @@ def _sketch_estimate(sketch: bytes | None) -> int | None:
 
 def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
-    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling="special")
-    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling="special")
+    special = FunctionNullHandling.SPECIAL
+    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling=special)
+    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling=special)
     con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
 
 
@@ -127,9 +130,13 @@ class _Table:
     """One Delta table, read again only when its log changed."""
 
     def __init__(self, path: str):
-        self.path, self.stamp, self.table, self.version, self.dataset = path, None, None, None, None
+        self.path = path
+        self.stamp: tuple[int, int] | None = None  # the log folder's (inode, mtime in ns), when local
+        self.table: DeltaTable | None = None
+        self.version: int | None = None
+        self.dataset: ds.Dataset | None = None
         #: What the last change added to the dataset before it, if it only added files (see :func:`_appended`).
-        self.appended = None
+        self.appended: ds.Dataset | None = None
 
     def changed(self) -> bool:
         """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went.
@@ -220,7 +227,8 @@ class Engine:
         self._copies = itertools.count()
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
-        self._state, self._idle, self._lock = _State(), [], threading.Lock()
+        self._state, self._lock = _State(), threading.Lock()
+        self._idle: list[_Cursor] = []
         #: States that queries are running on, and copies no longer current (dropped once unused).
         self._running: Counter[_State] = Counter()
         self._retired: set[str] = set()
@@ -271,7 +279,7 @@ class Engine:
     def _copy_all(self, names: list[str]) -> dict[str, str]:
         """:meth:`_copy` of each table ``names``, by name. If one does not fit in memory, none is kept and
         the tables are read anew at the next query (which tries again), not left at their last copy."""
-        copies = {}
+        copies: dict[str, str] = {}
         try:
             for name in names:
                 copies[name] = self._copy(name, self._state.tables.get(name))
@@ -291,6 +299,7 @@ class Engine:
         used before (two tables a view switches between may have versions of one number). A version
         that only added files to the one copied as ``previous`` is copied from it and the added files."""
         table = self._tables[name]
+        assert table.dataset is not None  # only a table with data is copied
         copy = f"{name}@{table.version}#{next(self._copies)}"
         order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None

@@ -23,8 +23,9 @@ DENIED_FUNCTIONS = frozenset({"current_setting", "getenv"})
 FROM_ITEMS = frozenset({"SUBQUERY", "JOIN", "EXPRESSION_LIST", "PIVOT", "EMPTY"})
 #: No files, network or extensions, no Python variable read as a table (DuckDB's replacement scan), and
 #: no spilling to disk (an in-memory database would spill into ``.tmp`` of the working directory).
-CONFIG = {"enable_external_access": False, "python_enable_replacements": False,
-          "autoinstall_known_extensions": False, "autoload_known_extensions": False, "temp_directory": ""}
+CONFIG: dict[str, bool | str] = {"enable_external_access": False, "python_enable_replacements": False,
+                                 "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "temp_directory": ""}
 
 
 class QueryError(ValueError):

@@ -16,7 +16,6 @@ from serving_layer.engine import base_tables
 from serving_layer.merge import batch_relation, merged_views
 from views import all_views, tables
 
-
 #: How Spark reads the merge SQL as DuckDB does: double-quoted names are identifiers.
 DIALECT = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
 

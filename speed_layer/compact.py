@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
+from typing import cast
 
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from infra import delta
 from infra.settings import Settings
@@ -43,7 +45,7 @@ def last_closed_hour(view: View, watermark: datetime) -> datetime:
 
 def _fold(view: View, partials: DataFrame) -> DataFrame:
     """One row per window and key of ``partials`` (rows of the partials table), with their types."""
-    fields = partials.schema[view.name].dataType
+    fields = cast(T.StructType, partials.schema[view.name].dataType)  # a view's column is a struct
     groups = ("window_start", "window_end", *view.keys)
     states = compile.merged(view)
     folded = (partials.select(f"`{view.name}`.*").groupBy(*groups)

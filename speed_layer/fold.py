@@ -23,7 +23,7 @@ parse, counted as it goes, and the dead records are parsed again from their own 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import reduce
 
@@ -103,7 +103,8 @@ class Fold:
                 (late, tables.LATE_EVENTS, True) if late.num_rows else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap the dedupe, the views' plans
             # and one another; raw_events goes last
-            done = [pool.submit(self._commit, steps, batch_id, *write) for write in filter(None, side)]
+            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write)
+                                          for write in filter(None, side)]
             with _timed(steps, "dedupe"):
                 new = self._new(events.landed(parsed.where(~F.col(late_events.BEHIND)), self.source))
             partials = self._partials(parsed.sparkSession, new, grown, steps)
@@ -205,7 +206,7 @@ class Fold:
         """Session rows: the sessions the new events start or change (+1) and, taken back (-1), the
         open sessions they changed. ``grown[view]`` gets the open sessions after the batch, and the
         changed sessions, kept from the views' job for the state's (unpersisted once it is kept)."""
-        per = view.window.per
+        per = view.session.per
         spans = compile.spans(view, rows)
         keys = spans.select(per).distinct()
         open_sessions = self.state.sessions[view.name]

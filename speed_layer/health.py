@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql.streaming import StreamingQuery
 
@@ -71,7 +71,8 @@ def _progress(query: StreamingQuery) -> dict:
 
 def _finished(progress: dict) -> float:
     """When a progress report's micro-batch ended, seconds since the epoch."""
-    return processes.parse_utc(progress["timestamp"]) + (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    took = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+    return processes.parse_utc(progress["timestamp"]) + took / 1000
 
 
 def _query(query: StreamingQuery, progress: dict) -> QueryHealth:
@@ -109,7 +110,7 @@ class Monitor:
             pid=os.getpid(), updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), error=error,
             lag=lag.records, end_offsets=lag.end_offsets, processed_offsets=lag.processed_offsets,
             progressed_at=datetime.fromtimestamp(_finished(landing) if landing else self._started,
-                                                 timezone.utc).isoformat(),
+                                                 UTC).isoformat(),
             stall_after_seconds=max(floor, STALL_FACTOR * statistics.median(self._recent)) if self._recent else floor,
             watermark=self._fold.state.watermark.isoformat() if self._fold.state.watermark else None,
             totals=dict(self._fold.totals), steps=dict(self._fold.timings),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -27,6 +27,7 @@ from infra.settings import Settings
 from views import events, tables
 from views.model import View
 from views.timebase import DAY
+
 
 def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     """Per view with final days, the newest day whose events can change one of them (its newest final
@@ -115,9 +116,9 @@ def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: 
     late: Counter[tuple[str, date]] = Counter()
     for view in views:
         final = finals.get(view.name)
-        for event_type, day, behind_mark, events in counted.groups:
+        for event_type, day, behind_mark, n in counted.groups:
             if event_type in view.event_types and (behind_mark or (final is not None and day <= final)):
-                late[view.name, day] += events
-    now = datetime.now(timezone.utc)
+                late[view.name, day] += n
+    now = datetime.now(UTC)
     return pa.Table.from_pylist([{"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
                                  for (view, day), events in sorted(late.items())], tables.LATE_EVENTS.schema)

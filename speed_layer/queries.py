@@ -17,7 +17,7 @@ from views import all_views, changelog, domain, events, tables
 from views.model import View
 from views.source import Changelog
 
-LANDING = tables.RAW_EVENTS.checkpoint
+LANDING = tables.RAW_EVENTS.stream_checkpoint
 
 
 def _kafka(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
@@ -80,7 +80,7 @@ def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelo
     """Land a dimension's changelog exactly once in its changes table (bad records in dead_letters) and
     rebuild the dimension from it after each micro-batch with changes."""
     changes_table, dimension_table = tables.changes(dimension), tables.dimension(dimension)
-    checkpoint = settings.checkpoints / changes_table.checkpoint
+    checkpoint = settings.checkpoints / changes_table.stream_checkpoint
     app_id, _ = resume.app_id(checkpoint)
     appends = delta.BatchAppends(app_id)
 
@@ -96,5 +96,5 @@ def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelo
                 dimension_table.path(settings))
         parsed.unpersist()
 
-    return _start(_kafka(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name, checkpoint, land,
-                  settings.dimension_trigger_seconds)
+    return _start(_kafka(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name, checkpoint,
+                  land, settings.dimension_trigger_seconds)

@@ -31,7 +31,7 @@ class CheckpointLost(RuntimeError):
 
 def checkpoint(settings: Settings) -> Path:
     """The landing query's checkpoint."""
-    return settings.checkpoints / tables.RAW_EVENTS.checkpoint
+    return settings.checkpoints / tables.RAW_EVENTS.stream_checkpoint
 
 
 def landed_offsets(settings: Settings) -> dict[int, int]:

@@ -69,7 +69,9 @@ class State:
         """Move the watermark past a micro-batch's newest event time; forget what it makes useless."""
         self.newest = max(filter(None, (self.newest, newest)), default=None)
         if len(self.pieces) >= PIECES:
-            self.pieces = [checkpoint(self.recent(self.horizon))]
+            recent = self.recent(self.horizon)
+            assert recent is not None  # there are pieces
+            self.pieces = [checkpoint(recent)]
 
     @property
     def horizon(self) -> datetime | None:
@@ -79,7 +81,7 @@ class State:
     def close_sessions(self, view: View, open_sessions: DataFrame) -> None:
         """Keep the sessions of ``view`` that an event at or after the watermark can still extend."""
         if self.watermark is not None:
-            open_sessions = open_sessions.where(F.col("last") >= F.lit(self.watermark - view.window.gap))
+            open_sessions = open_sessions.where(F.col("last") >= F.lit(self.watermark - view.session.gap))
         self.sessions[view.name] = checkpoint(_per_core(open_sessions))
 
 
@@ -98,15 +100,16 @@ def _per_core(frame: DataFrame) -> DataFrame:
 
 
 def empty_sessions(spark: SparkSession, view: View) -> DataFrame:
-    return spark.createDataFrame([], f"{view.window.per} string, start timestamp, last timestamp, events bigint")
+    return spark.createDataFrame([], f"{view.session.per} string, start timestamp, last timestamp, events bigint")
 
 
 def newest_event(raw_events: DataFrame) -> datetime | None:
     """The newest event time landed (read from the newest event_date partition only)."""
-    newest_day = raw_events.agg(F.max("event_date")).first()[0]
+    [[newest_day]] = raw_events.agg(F.max("event_date")).collect()
     if newest_day is None:
         return None
-    return raw_events.where(F.col("event_date") == newest_day).agg(F.max("event_time")).first()[0]
+    [[newest]] = raw_events.where(F.col("event_date") == newest_day).agg(F.max("event_time")).collect()
+    return newest
 
 
 def restore(spark: SparkSession, raw_events: DataFrame, columns: tuple[str, ...], views: list[View],
@@ -120,10 +123,10 @@ def restore(spark: SparkSession, raw_events: DataFrame, columns: tuple[str, ...]
     state = State(views, delay)
     state.sessions = {v.name: empty_sessions(spark, v) for v in views if isinstance(v.window, Session)}
     state.newest = newest_event(raw_events)
-    if state.newest is None:
+    if (watermark := state.watermark) is None:  # nothing landed
         return state
     longest = max((v.window.longest for v in views if isinstance(v.window, Session)), default=timedelta())
-    oldest = state.watermark - max(state.follow, longest)
+    oldest = watermark - max(state.follow, longest)
     rows = raw_events.where((F.col("event_date") >= oldest.date()) & (F.col("event_time") >= F.lit(oldest)))
     seen = compile.first_copies(rows)
     per_batch = rows.groupBy("ingested_at").agg(F.max("event_time").alias("_newest"))

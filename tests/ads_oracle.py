@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 from domains.producer import Record
 from tests.oracle import HOUR, MINUTE, as_of, events, floor, latest, of_type
@@ -18,13 +18,17 @@ def campaign_as_of(campaigns: list[Record]) -> Callable[[dict], str]:
     return as_of(campaigns, "ad_id", "campaign_id")
 
 
+#: An ad event's campaign when no campaign is known.
+NO_CAMPAIGN = campaign_as_of([])
+
+
 def latest_campaign(campaigns: list[Record]) -> Callable[[dict], str]:
     """An ad event's campaign as the campaigns changelog ends."""
     return latest(campaigns, "ad_id", "campaign_id")
 
 
 def _views_10s(valid: list[dict], campaign: Callable[[dict], str]) -> dict:
-    views = defaultdict(int)
+    views: defaultdict[tuple, int] = defaultdict(int)
     for event in of_type(valid, "view"):
         views[(floor(event["time"], TEN_SECONDS), campaign(event))] += 1
     return {key: (count,) for key, count in views.items()}
@@ -34,7 +38,7 @@ def _ctr(valid: list[dict], campaign: Callable[[dict], str]) -> dict:
     clicks = defaultdict(list)
     for click in of_type(valid, "click"):
         clicks[click["user_id"], click["ad_id"]].append(click["time"])
-    counts = defaultdict(lambda: [0, 0])
+    counts: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for view in of_type(valid, "view"):
         count = counts[(floor(view["time"], HOUR), campaign(view))]
         count[0] += 1
@@ -42,7 +46,7 @@ def _ctr(valid: list[dict], campaign: Callable[[dict], str]) -> dict:
     return {key: (views, clicked, clicked / views) for key, (views, clicked) in counts.items()}
 
 
-def views(records: list[Record], campaign: Callable[[dict], str] = campaign_as_of([])) -> dict[str, dict[tuple, tuple]]:
+def views(records: list[Record], campaign: Callable[[dict], str] = NO_CAMPAIGN) -> dict[str, dict[tuple, tuple]]:
     """Every ads view, by name: {(window_start, *keys): measures}, with ``campaign`` giving an ad
     event's campaign (default: none is known)."""
     valid = events(records)

@@ -88,8 +88,10 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     browser.get(f"{settings.airflow_url}/dags/{dag}/runs")  # the UI lists them: backfill runs, succeeded
     cells = lambda column: [c.text for c in browser.find_elements(  # noqa: E731
         By.XPATH, f"//table[@data-testid='table-list']//td[@data-testid='table-cell-{column}']")]
+    # strict=False: the columns are read one after the other, and the table may change between the reads
     listed = lambda: sorted((run_id, state) for run_id, state, kind  # noqa: E731
-                            in zip(cells("dag_run_id"), cells("state"), cells("run_type")) if kind == "Backfill")
+                            in zip(cells("dag_run_id"), cells("state"), cells("run_type"), strict=False)
+                            if kind == "Backfill")
     WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda _: listed() == sorted((run_id, "Success") for run_id in states))
     screenshot(browser, "airflow-backfill-done.png")

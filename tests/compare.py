@@ -44,7 +44,7 @@ def assert_measures(view, row: dict, expected: tuple, key, approximate: bool = F
 def merged_rows(settings, view) -> dict:
     """The merged view's rows, keyed as by :func:`keyed`."""
     columns, rows = engine.query(settings, f'SELECT * FROM "{view.name}"')
-    return keyed(view, [dict(zip(columns, row)) for row in rows])
+    return keyed(view, [dict(zip(columns, row, strict=True)) for row in rows])
 
 
 def day_measures(view, rows: dict, day: datetime) -> dict:

@@ -8,11 +8,14 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 
-from infra import batch_engine as engines, kafka, spark_cluster, settings as config
+from infra import batch_engine as engines
+from infra import kafka, spark_cluster
+from infra import settings as config
 from infra.object_store import LocalS3
 from infra.settings import Settings
 from views import timebase
@@ -56,7 +59,7 @@ def deployment(tmp_path_factory) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def broker(deployment) -> Settings:
+def broker(deployment) -> Iterator[Settings]:
     """A real Kafka 4 broker for the session; stopped at the end with nothing left behind."""
     kafka.start(deployment)
     yield deployment
@@ -74,7 +77,7 @@ def spark(deployment):
 
 
 @pytest.fixture(scope="session")
-def batch_engine(deployment) -> Settings:
+def batch_engine(deployment) -> Iterator[Settings]:
     """The deployment's batch engine (a Spark Connect server, infra.batch_engine) for the session: the
     tests' Airflow tasks and the processes they start send their Spark work to it. Never connect to it
     from the test process itself: a Spark Connect session switches pyspark's functions to Connect for
@@ -85,7 +88,7 @@ def batch_engine(deployment) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def object_store(deployment) -> str:
+def object_store(deployment) -> Iterator[str]:
     """A real S3 API (S3Proxy on loopback, infra.object_store), started on first use: the ``s3a://`` URI
     of a bucket."""
     S3.start(deployment)
@@ -94,7 +97,7 @@ def object_store(deployment) -> str:
 
 
 @pytest.fixture
-def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Settings:
+def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Iterator[Settings]:
     """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
     the object store, for one test: the speed layer it starts and the batch engine, which Airflow's
     batch tasks use, run there; afterwards the cluster is stopped and the engine runs locally again."""

@@ -3,7 +3,7 @@ tests that skip Spark."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
@@ -13,7 +13,7 @@ SCHEMA = pa.schema([
     ("reason", pa.string()), pa.field("dead_lettered_at", pa.timestamp("us", tz="UTC"), nullable=False),
     pa.field("dead_letter_date", pa.date32(), nullable=False),
 ])
-T0 = datetime(2026, 11, 20, 9, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 20, 9, tzinfo=UTC)
 FUTURE = "event_time more than 3600s in the future"
 
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Callable
 
 from domains.producer import Record
 
 HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _utc(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    return datetime.fromisoformat(stamp).astimezone(UTC)
 
 
 def events(records: list[Record]) -> list[dict]:
@@ -29,7 +29,7 @@ def events(records: list[Record]) -> list[dict]:
     for record in records:
         if record.kind == "malformed":
             continue
-        event = json.loads(record.value)
+        event = record.event()
         if event["event_id"] in seen:
             continue
         seen.add(event["event_id"])
@@ -47,6 +47,7 @@ def _changes(changelog: list[Record], field: str) -> dict[str, list[tuple[dateti
     deletion)."""
     changes = defaultdict(list)
     for position, record in enumerate(changelog):
+        assert record.key is not None  # a changelog's records are keyed
         key = record.key.decode()
         if record.value is None:
             changes[key].append((record.send_at, position, "unknown"))
@@ -77,6 +78,10 @@ def category_as_of(products: list[Record]) -> Callable[[dict], str]:
     return as_of(products, "product_id", "category")
 
 
+#: A purchase's product category when no product is known.
+NO_CATEGORY = category_as_of([])
+
+
 def latest_category(products: list[Record]) -> Callable[[dict], str]:
     """A purchase's product category as the products changelog ends."""
     return latest(products, "product_id", "category")
@@ -87,7 +92,8 @@ def of_type(valid: list[dict], *types: str) -> list[dict]:
 
 
 def _page_views(valid: list[dict]) -> dict:
-    views, users = defaultdict(int), defaultdict(set)
+    views: defaultdict[tuple, int] = defaultdict(int)
+    users: defaultdict[tuple, set[str]] = defaultdict(set)
     for event in of_type(valid, "page_view"):
         key = (floor(event["time"], MINUTE), event["page"])
         views[key] += 1
@@ -103,7 +109,7 @@ def _active_users(valid: list[dict]) -> dict:
 
 
 def _revenue(valid: list[dict], category: Callable[[dict], str]) -> dict:
-    totals = defaultdict(lambda: [0, 0, Decimal(0)])
+    totals: defaultdict[tuple, list[int | Decimal]] = defaultdict(lambda: [0, 0, Decimal(0)])
     for event in of_type(valid, "purchase"):
         total = totals[(floor(event["time"], HOUR), category(event))]
         total[0] += 1
@@ -116,7 +122,7 @@ def _search_ctr(valid: list[dict]) -> dict:
     clicks = defaultdict(list)
     for click in of_type(valid, "click"):
         clicks[click["session_id"], click["query"]].append(click["time"])
-    counts = defaultdict(lambda: [0, 0])
+    counts: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for search in of_type(valid, "search"):
         count = counts[(floor(search["time"], HOUR), search["query"])]
         count[0] += 1
@@ -134,7 +140,7 @@ def _sessions(valid: list[dict]) -> dict:
         moments.sort()
         first = last = moments[0]
         count = 0
-        for moment in moments + [None]:
+        for moment in [*moments, None]:
             if moment is None or moment - last >= 30 * MINUTE:
                 sessions[(floor(first, HOUR),)].append(((last - first).total_seconds(), count))
                 first, count = moment, 0
@@ -145,7 +151,7 @@ def _sessions(valid: list[dict]) -> dict:
 
 
 def _trending(valid: list[dict]) -> dict:
-    totals = defaultdict(lambda: [0, Decimal(0)])
+    totals: defaultdict[tuple, list[int | Decimal]] = defaultdict(lambda: [0, Decimal(0)])
     for event in of_type(valid, "purchase"):
         for back in range(10):
             total = totals[(floor(event["time"], MINUTE) - back * MINUTE, event["product_id"])]
@@ -155,7 +161,8 @@ def _trending(valid: list[dict]) -> dict:
 
 
 def _carts(valid: list[dict]) -> dict:
-    carts, users = defaultdict(int), defaultdict(set)
+    carts: defaultdict[tuple, int] = defaultdict(int)
+    users: defaultdict[tuple, set[str]] = defaultdict(set)
     for event in of_type(valid, "add_to_cart"):
         key = (floor(event["time"], HOUR), event["product_id"])
         carts[key] += 1
@@ -163,7 +170,7 @@ def _carts(valid: list[dict]) -> dict:
     return {key: (carts[key], len(users[key])) for key in carts}
 
 
-def views(records: list[Record], category: Callable[[dict], str] = category_as_of([])) -> dict[str, dict[tuple, tuple]]:
+def views(records: list[Record], category: Callable[[dict], str] = NO_CATEGORY) -> dict[str, dict[tuple, tuple]]:
     """Every view (and the test suite's own), by name: {(window_start, *keys): measures}, with
     ``category`` giving a purchase's product category (default: none is known)."""
     valid = events(records)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Iterable
+from collections.abc import Iterable
 
 from views.model import View
 from views.source import Domain

@@ -3,8 +3,9 @@
 A view is computed in three steps, each a pure ``DataFrame -> DataFrame`` function:
 
 1. :func:`prepare`: the view's events, from each event_id's first received copy (:func:`first_copies`,
-   taken once for every view), flagged by its FollowedBy joins and grouped into sessions if its window is one. The speed layer applies the same
-   pieces (:func:`own`, :func:`flagged`, :func:`sessions`) to each micro-batch and the state it keeps.
+   taken once for every view), flagged by its FollowedBy joins and grouped into sessions if its window is one.
+   The speed layer applies the same pieces (:func:`own`, :func:`flagged`, :func:`sessions`) to each
+   micro-batch and the state it keeps.
 2. :func:`enrich`: dimension columns; batch as of the event's time, speed as the dimension is now.
 3. :func:`aggregate`: measures per window and key. Each measure is kept as mergeable *states*: batch
    computes them exactly from all rows; speed appends each micro-batch's states as *partials*, which
@@ -18,7 +19,7 @@ The merge SQL is plain enough for both Spark SQL and the serving layer's DuckDB 
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -89,13 +90,13 @@ def flagged(view: View, join: FollowedBy, rows: DataFrame, later: DataFrame, how
 def spans(view: View, rows: DataFrame) -> DataFrame:
     """Each row as a one-event span of its session key: (per, start, last, events)."""
     time = F.col(view.event_time)
-    return rows.select(view.window.per, time.alias("start"), time.alias("last"), F.lit(1).cast("long").alias("events"))
+    return rows.select(view.session.per, time.alias("start"), time.alias("last"), F.lit(1).cast("long").alias("events"))
 
 
 def sessions(view: View, spans: DataFrame) -> DataFrame:
     """Merge spans (per, start, last, events) into sessions: the next span of the same ``per`` value
     joins a session while it starts less than the gap after the session's last event so far."""
-    per, gap = view.window.per, F.expr(f"INTERVAL {interval(view.window.gap)}")
+    per, gap = view.session.per, F.expr(f"INTERVAL {interval(view.session.gap)}")
     order = Window.partitionBy(per).orderBy("start", "last")
     last_so_far = F.max("last").over(order.rowsBetween(Window.unboundedPreceding, -1))
     starts = (last_so_far.isNull() | (F.col("start") >= last_so_far + gap)).cast("int")
@@ -108,7 +109,7 @@ def sessions(view: View, spans: DataFrame) -> DataFrame:
 def session_rows(view: View, sessions: DataFrame, weight: int = 1) -> DataFrame:
     """One prepared row per session: its start (as the event time), duration_s and events."""
     return sessions.select(
-        F.col("start").alias(view.event_time), view.window.per,
+        F.col("start").alias(view.event_time), view.session.per,
         ((F.unix_micros("last") - F.unix_micros("start")) / 1e6).alias("duration_s"),
         "events", F.lit(EVENT).alias(ROLE), F.lit(weight).alias(WEIGHT))
 
@@ -136,7 +137,7 @@ def enrich(view: View, rows: DataFrame, dimensions: dict[str, DataFrame], as_of:
     return rows
 
 
-@lru_cache(maxsize=None)
+@cache
 def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
     """The Columns :func:`aggregate` groups by, aggregates and selects, built once per view: the speed
     layer aggregates every micro-batch, and building expressions again costs its driver more than a
@@ -170,7 +171,8 @@ def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
         return {name: (f"{kind}(CASE WHEN {own} THEN `{measure.column}` END)", f"{kind}({name})")}
     if kind == "mean":
         return {f"{name}_sum": (f"CAST(sum({signed}) AS DOUBLE)", f"sum({name}_sum)"),
-                f"{name}_count": (weights(f"{own} AND `{measure.column}` IS NOT NULL"), f"CAST(sum({name}_count) AS BIGINT)")}
+                f"{name}_count": (weights(f"{own} AND `{measure.column}` IS NOT NULL"),
+                                  f"CAST(sum({name}_count) AS BIGINT)")}
     value = f"CASE WHEN {own} THEN `{measure.column}` END"
     if kind == "distinct" and exact:
         return {name: (f"CAST(count(DISTINCT {value}) AS BIGINT)", "")}
@@ -226,7 +228,7 @@ def packed(view: View, partials: DataFrame) -> DataFrame:
     return partials.select(*_packing(view))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _packing(view: View) -> tuple[Column, ...]:
     columns = ("window_start", "window_end", *view.keys, *state_columns(view))
     return (F.lit(view.name).alias("view"), F.date_trunc("hour", "window_start").alias("window_hour"),

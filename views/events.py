@@ -7,7 +7,7 @@ the same rules.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from pyspark.sql import Column, DataFrame
@@ -160,7 +160,7 @@ def _opaque(column: Column) -> Column:
 def moment(at: datetime | None) -> Column:
     """``at`` as a timestamp column that Spark reads at run time: a time literal is written into the
     generated code and makes Spark compile it again each micro-batch, where text is passed to it."""
-    text = None if at is None else at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    text = None if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     return F.to_timestamp(_opaque(F.lit(text)), "yyyy-MM-dd HH:mm:ss.SSSSSS")
 
 
@@ -170,7 +170,7 @@ def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_hor
     ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary); they
     are ``ingested_at`` now.
     """
-    records = records.withColumn("ingested_at", moment(datetime.now(timezone.utc)))
+    records = records.withColumn("ingested_at", moment(datetime.now(UTC)))
     for step in _parse_steps(source, max_payload_bytes, future_horizon_seconds):
         records = records.select(*step)
     return records

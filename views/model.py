@@ -186,6 +186,13 @@ class View:
         return ("window_start", "window_end", *self.keys, *(m.name for m in self.measures))
 
     @property
+    def session(self) -> Session:
+        """The window of a view of sessions (a view of other windows: TypeError)."""
+        if not isinstance(self.window, Session):
+            raise TypeError(f"view {self.name} counts no sessions: its window is {self.window}")
+        return self.window
+
+    @property
     def windows(self) -> Tumbling:
         """The windows rows are counted in (for sessions: the bucket of their start)."""
         return self.window.bucket if isinstance(self.window, Session) else self.window

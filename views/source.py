@@ -68,7 +68,8 @@ class Source:
                      if self.fields.get(name, STRING) != STRING]
         problems += [f"{role} field {name} must be required" for role, name in
                      (("key", self.key), ("time", self.time), ("kind", self.kind)) if name not in self.required]
-        problems += [f"field {name} has a name the landing keeps for itself" for name in self.fields if name in RESERVED]
+        problems += [f"field {name} has a name the landing keeps for itself"
+                     for name in self.fields if name in RESERVED]
         columns = [self.column(name) for name in self.fields]
         problems += [f"two fields land as column {c}" for c in sorted(set(columns)) if columns.count(c) > 1]
         _refuse(f"source {self.name}", problems)

@@ -27,6 +27,13 @@ class Table:
         """Where ``settings``' deployment stores it."""
         return settings.table(self.name)
 
+    @property
+    def stream_checkpoint(self) -> str:
+        """:attr:`checkpoint`, for a table a stream appends to (another: ValueError)."""
+        if self.checkpoint is None:
+            raise ValueError(f"no stream appends to {self.name}")
+        return self.checkpoint
+
 
 _UTC = pa.timestamp("us", "UTC")
 

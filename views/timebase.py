@@ -8,10 +8,10 @@ double-counts, never shows a gap, and a final day never turns provisional again.
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta, timezone
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, time, timedelta
 
-UTC = timezone.utc
+UTC = UTC
 DAY = timedelta(days=1)
 
 

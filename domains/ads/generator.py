@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from domains.producer import Record
-from domains.sample import Mix, sample, stamp
+from domains.sample import MIX, Mix, sample, stamp
 
 ADS = tuple(f"ad{i}" for i in range(60))
 #: Ads the changelog never lists: their views fall in campaign "unknown".
@@ -59,7 +59,7 @@ def _malformed(event: dict, rng: random.Random) -> bytes:
     return json.dumps(broken).encode()
 
 
-def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = Mix(),
+def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = MIX,
              shaped: bool = True) -> list[Record]:
     """About ``count`` records of ad events sent over ``[start, end)`` (domains.sample)."""
     users = [f"u{i}" for i in range(max(10, count // 10))]

@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from domains.producer import Record
-from domains.sample import Mix, sample, stamp
+from domains.sample import MIX, Mix, sample, stamp
 
 PAGES = ("/", "/search", "/cart", "/checkout", "/deals", "/help", *(f"/product/p{i}" for i in range(12)))
 QUERIES = ("shoes", "red shoes", "jacket", "socks", "hat", "gloves", "scarf", "boots")
@@ -67,12 +67,12 @@ def _malformed(event: dict, rng: random.Random) -> bytes:
     return json.dumps(broken).encode()
 
 
-def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = Mix(),
+def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = MIX,
              shaped: bool = True, users: int | None = None) -> list[Record]:
     """About ``count`` records of browsing sessions sent over ``[start, end)`` (domains.sample), by
     ``users`` users (default: one per 20 records)."""
-    users = [f"u{i}" for i in range(users or max(10, count // 20))]
-    return sample(start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(users), moment, rng),
+    names = [f"u{i}" for i in range(users or max(10, count // 20))]
+    return sample(start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(names), moment, rng),
                   _malformed)
 
 

@@ -4,9 +4,10 @@ of what to send for them (pure: no Kafka, no tables)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 LINE_FORMAT = '{"partition": p, "offset": o, "value": <the corrected event, a JSON object or string>}'
 
@@ -56,7 +57,8 @@ class Plan:
 def parse_requests(lines: Iterable[str], default_topic: str, source: str) -> list[Request]:
     """The corrections of a replay file (one JSON object per non-blank line), each naming its dead
     letter once; ``source`` names the file in errors."""
-    requests, seen = [], {}
+    requests: list[Request] = []
+    seen: dict[Coordinates, int] = {}  # dead letter -> the line that named it
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -107,9 +109,8 @@ def plan(requests: list[Request], found: dict[Coordinates, DeadLetter], replayed
         elif request.at in replayed:
             already.append(request.at)
         else:
-            letter = found[request.at]
-            corrected = request.value is not None
-            send.append(Replay(letter, request.value if corrected else letter.raw, corrected))
+            letter, value = found[request.at], request.value
+            send.append(Replay(letter, letter.raw if value is None else value, value is not None))
     return Plan(send, already, missing)
 
 

@@ -7,11 +7,11 @@ that the same queries run over any DuckDB relations named ``dead_letters`` and `
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from infra.settings import Settings
-from serving_layer import engine
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter
+from serving_layer import engine
 from views import tables
 
 DEAD_LETTERS, REPLAYS = tables.DEAD_LETTERS.name, tables.DEAD_LETTER_REPLAYS.name
@@ -35,7 +35,7 @@ def over(settings: Settings) -> Rows:
 
     def rows(sql: str, params: dict) -> list[dict]:
         columns, found = engine.query(settings, prefix + sql, params)
-        return [dict(zip(columns, row)) for row in found]
+        return [dict(zip(columns, row, strict=True)) for row in found]
     return rows
 
 
@@ -84,4 +84,5 @@ def dead_letters(rows: Rows, reason: str | None = None,
 
 
 def replayed(rows: Rows) -> set[Coordinates]:
-    return {Coordinates(r["topic"], r["partition"], r["offset"]) for r in rows(f"SELECT {_COORDINATES} FROM dead_letter_replays", {})}
+    return {Coordinates(r["topic"], r["partition"], r["offset"])
+            for r in rows(f"SELECT {_COORDINATES} FROM dead_letter_replays", {})}

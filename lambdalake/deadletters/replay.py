@@ -8,7 +8,7 @@ like any record (or dead-letters them again). Each replay is recorded in the Del
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +17,6 @@ from infra.settings import Settings
 from lambdalake.deadletters import queries
 from lambdalake.deadletters.corrections import Replay, Request, plan, read_requests
 from views import tables
-
 
 
 def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
@@ -32,10 +31,10 @@ def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
 def _record(settings: Settings, replays: list[Replay]) -> None:
     from deltalake import write_deltalake
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
-    replays = tables.DEAD_LETTER_REPLAYS
-    write_deltalake(replays.path(settings), pa.Table.from_pylist(rows, replays.schema), mode="append")
+    table = tables.DEAD_LETTER_REPLAYS
+    write_deltalake(table.path(settings), pa.Table.from_pylist(rows, table.schema), mode="append")
 
 
 def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> dict:
@@ -55,7 +54,7 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
                          f"(a line without \"topic\" means {settings.topic!r})")
     chosen = plan([Request(at) for at in found] if requests is None else requests, found, done)
     acknowledged = _send(settings, chosen.send) if chosen.send else []
-    sent = [r for r, ok in zip(chosen.send, acknowledged) if ok]
+    sent = [r for r, ok in zip(chosen.send, acknowledged, strict=True) if ok]
     if sent:
         _record(settings, sent)
     if len(sent) < len(chosen.send):

@@ -8,7 +8,6 @@ view's merged rows equal the oracle, including the view declared only in the tes
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta
 
@@ -137,7 +136,7 @@ def _late_events_reach_the_merged_view(settings, client, records: list, category
     before = counted()
     producer.send(settings, late)
     services.wait_for_landing(settings)
-    assert counted() - before == sum(json.loads(r.value)["event_type"] == "page_view" for r in late)
+    assert counted() - before == sum(r.event()["event_type"] == "page_view" for r in late)
 
     client.unpause("late_data_recompute")
     run = client.trigger("late_data_recompute", datetime.now(timebase.UTC))

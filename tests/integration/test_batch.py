@@ -82,8 +82,8 @@ def test_a_failing_raw_events_check_stops_every_view_before_it_writes(spark, tab
              .withColumn("event_time", F.col("event_time") + F.expr("INTERVAL 1 DAY")))  # out of its day's partition
     moved.write.format("delta").mode("append").save(raw_events)
     before = storage.delta_tables(tables.storage_root)
-    with pytest.raises(QualityFailed, match="raw_events for 2026-11-20..2026-11-20: failed every event is in its "
-                                            "own day's partition; nothing was written"):
+    with pytest.raises(QualityFailed, match=r"raw_events for 2026-11-20..2026-11-20: failed every event is in its "
+                                            r"own day's partition; nothing was written"):
         recompute_day(spark, tables, DAY, DAY + timedelta(days=1))
     created = [t for t in storage.delta_tables(tables.storage_root) if t not in before]
     assert [t.rsplit("/", 1)[-1] for t in created] == ["quality_results"]  # no view's rows, no ledger
@@ -127,7 +127,8 @@ def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, land
 def test_reconciliation_catches_a_lost_window(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
     events = compile.first_copies(spark.read.format("delta").load(tables.table("raw_events")))
-    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
+    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' "
+                                                 f"AND window_start < '{end:%Y-%m-%d}'")
     quality.check_view(tables, VIEW, rows, events, start, end)
     lost = rows.orderBy("window_start", "page").offset(1)
     with pytest.raises(QualityFailed, match="failed views sums to the days' valid unique page_view events"):
@@ -147,7 +148,8 @@ def test_checks_in_a_block_update_the_data_docs_once_when_it_ends_even_by_a_fail
     start, end = DAY, DAY + timedelta(days=1)
     records = spark.read.format("delta").load(tables.table("raw_events"))
     events = compile.first_copies(records)
-    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'")
+    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' "
+                                                 f"AND window_start < '{end:%Y-%m-%d}'")
     strict = dataclasses.replace(VIEW, expectations=("views > 1000",))
     with pytest.raises(QualityFailed), quality.docs_once(tables):
         quality.check_raw_events(tables, records, start, end)

@@ -15,8 +15,8 @@ from speed_layer import queries
 from speed_layer.fold import Fold
 from tests import oracle
 from tests.integration.records import land
-from views.events import kafka_frame
 from views import all_views, timebase
+from views.events import kafka_frame
 
 pytestmark = pytest.mark.integration
 

@@ -68,7 +68,7 @@ def test_vacuum_deletes_exactly_the_files_removed_longer_ago_than_the_retention(
     assert _rows(spark, path) == list(range(100, 110))
     # Spark refuses to time travel further back than the retention: delta-rs reads the versions' files
     assert sorted(DeltaTable(path, version=3).to_pyarrow_table()["id"].to_pylist()) == list(range(30))
-    with pytest.raises(Exception, match="(?i)not found"):
+    with pytest.raises(Exception, match=r"(?i)not found"):
         DeltaTable(path, version=2).to_pyarrow_table()  # its three files were removed before the retention
 
 

@@ -11,8 +11,8 @@ from pyspark.sql import functions as F
 
 from domains.clickstream import PRODUCTS
 from domains.producer import Record, read_file
-from views.events import kafka_frame
 from views import changelog, timebase
+from views.events import kafka_frame
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def change(product: str, category: str, minutes: int, price="9.99", key: str | N
 
 
 def deletion(product: str | None, minutes: int) -> Record:
-    return Record(T0 + timedelta(minutes=minutes), product and product.encode(), None, "deletion")
+    return Record(T0 + timedelta(minutes=minutes), None if product is None else product.encode(), None, "deletion")
 
 
 def test_bad_changelog_records_get_a_reason(spark):

@@ -85,7 +85,8 @@ def test_a_views_suite_is_one_spark_job_that_tells_its_rows_per_day(spark, table
     unique = quality.unique_events(events, start, END)
     assert unique == {r.event_type: r["count"] for r in compile.first_copies(
         spark.read.format("delta").load(tables.table("raw_events"))).where(
-        (F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(END))).groupBy("event_type").count().collect()}
+        (F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(END)))
+        .groupBy("event_type").count().collect()}
 
     with counted(spark) as jobs:
         done = quality.check_view(tables, VIEW, rows, unique, start, END)
@@ -93,7 +94,8 @@ def test_a_views_suite_is_one_spark_job_that_tells_its_rows_per_day(spark, table
     assert {(e, severity, ok) for e, severity, ok, _ in done.results} == {(e, "critical", True) for e in PASSED}
     assert dict((e, observed) for e, _, _, observed in done.results)[
         "views sums to the days' valid unique page_view events in raw_events"] == str(unique["page_view"])
-    assert done.per_day == {r.day: r["count"] for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
+    assert done.per_day == {r.day: r["count"]
+                            for r in rows.groupBy(F.to_date("window_start").alias("day")).count().collect()}
     assert set(done.per_day) == {start.date(), DAY.date()} and done.failing == {}
 
     with counted(spark) as jobs:  # given the first copies instead, it counts them itself
@@ -111,8 +113,8 @@ def test_a_failing_expectation_stops_the_check_and_names_the_failing_rows(spark,
 
     with pytest.raises(QualityFailed, match=r"view.page_views_per_minute for 2026-11-20..2026-11-20: failed every "
                                             r"row: views < 2; every row: IF\(views >= 2, NULL, true\); nothing was "
-                                            r"written .* \(failing rows: every row: views < 2: \(window_start=2026-11-20T"
-                                            ) as stopped:
+                                            r"written .* \(failing rows: every row: views < 2: "
+                                            r"\(window_start=2026-11-20T") as stopped:
         quality.check_view(tables, strict, rows, unique, DAY, END)
     check = stopped.value.check
     for expectation in ("every row: views < 2", "every row: IF(views >= 2, NULL, true)"):  # a null fails too
@@ -153,7 +155,8 @@ def test_raw_events_are_checked_in_a_few_spark_jobs_and_failing_records_named(sp
     day = numbered.where(F.col("event_date") == F.lit(DAY.date()))
     observed = dict((e, o) for e, _, _, o in done.results)
     assert observed["the days have events"] == str(day.count())
-    assert observed["at most 20% of the records are resent copies"] == str(day.where(~F.col(quality.FIRST_COPY)).count())
+    assert (observed["at most 20% of the records are resent copies"]
+            == str(day.where(~F.col(quality.FIRST_COPY)).count()))
 
     plain = numbered.drop(quality.FIRST_COPY)  # records not numbered: the check numbers them itself
     assert quality.check_raw_events(tables, plain, DAY, END).results == done.results
@@ -163,9 +166,9 @@ def test_raw_events_are_checked_in_a_few_spark_jobs_and_failing_records_named(sp
     broken = numbered.withColumn("event_time", F.when(moved, F.col("event_time") + F.expr("INTERVAL 1 DAY"))
                                  .otherwise(F.col("event_time")))
     failing = {(r.event_id, str(r.partition), str(r.offset)) for r in day.where(moved).collect()}
-    with pytest.raises(QualityFailed, match=r"raw_events for 2026-11-20..2026-11-20: failed every event is in its own "
-                                            r"day's partition; nothing was written .* \(failing rows: every event is in "
-                                            r"its own day's partition: \(event_id=") as stopped:
+    with pytest.raises(QualityFailed, match=r"raw_events for 2026-11-20..2026-11-20: failed every event is in its "
+                                            r"own day's partition; nothing was written .* \(failing rows: every event "
+                                            r"is in its own day's partition: \(event_id=") as stopped:
         quality.check_raw_events(tables, broken, DAY, END)
     listed = stopped.value.check.failing["every event is in its own day's partition"]
     assert len(listed) == quality.SHOWN and {(k["event_id"], k["partition"], k["offset"]) for k in listed} <= failing

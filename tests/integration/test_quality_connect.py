@@ -71,7 +71,8 @@ def test_the_checks_run_on_the_batch_engines_dataframes(spark, batch_engine, tab
     expected = {k: v for k, v in oracle.views(records)["page_views_per_minute"].items() if k[0].date() == DAY.date()}
     assert out["per_day"] == {str(DAY.date()): len(expected)}
     assert dict((e, o) for e, _, _, o in out["view"])[
-        "views sums to the days' valid unique page_view events in raw_events"] == str(sum(v for v, _ in expected.values()))
+        "views sums to the days' valid unique page_view events in raw_events"] == str(
+        sum(v for v, _ in expected.values()))
     failing = {(timebase.utc(k[0]).isoformat(), k[1]) for k, (views, _) in expected.items() if views >= 2}
     assert "failed every row: views < 2; nothing was written" in out["failed"]
     assert {(k["window_start"], k["page"]) for k in out["failing"]["every row: views < 2"]} <= failing

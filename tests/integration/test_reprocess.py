@@ -46,7 +46,7 @@ def _merged(settings, name: str) -> dict:
     """The merged view's rows by window and key: its measures and source."""
     view = get(name)
     columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
-    found = [dict(zip(columns, row)) for row in rows]
+    found = [dict(zip(columns, row, strict=True)) for row in rows]
     return {(timebase.utc(r["window_start"]), *(r[k] for k in view.keys)):
             (*(r[m.name] for m in view.measures), r["source"]) for r in found}
 

@@ -22,8 +22,8 @@ from speed_layer import queries
 from speed_layer.fold import Fold
 from tests.browser import chromium, screenshot
 from tests.ports import free_port
-from views.events import kafka_frame
 from views import all_views, timebase
+from views.events import kafka_frame
 
 pytestmark = [pytest.mark.integration]
 
@@ -59,7 +59,7 @@ def _get(settings, path: str, **params):
 
 def _all_rows(settings, name: str) -> list[dict]:
     columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
-    return [dict(zip(columns, row)) for row in rows]
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def _key(view, row: dict) -> tuple:
@@ -151,7 +151,8 @@ def test_health_reports_days_dead_letters_freshness_and_the_batch_engine(served)
     assert dead > 0 and health["dead_letters"] == dead
     assert health["speed_layer"]["running"] is False and health["speed_rows_age_seconds"] >= 0
     page_views = health["views"]["page_views_per_minute"]
-    assert (page_views["final_days"], page_views["provisional_days"]) == (str(DAY.date()), str((DAY + timedelta(days=1)).date()))
+    assert ((page_views["final_days"], page_views["provisional_days"])
+            == (str(DAY.date()), str((DAY + timedelta(days=1)).date())))
     assert datetime.fromisoformat(page_views["newest_window"]) >= DAY + timedelta(days=1)
 
 

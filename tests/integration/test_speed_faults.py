@@ -4,6 +4,7 @@ and stops by itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -126,6 +127,7 @@ def _stream(settings, records, seconds: int = 40) -> None:
 def _kill_9(settings, name: str = services.SPEED) -> None:
     """Kill service ``name`` and its children at once, as a crash would."""
     pid = processes.running_pid(settings, name)
+    assert pid is not None, f"{name} is not running"
     group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     os.killpg(pid, signal.SIGKILL)
     psutil.wait_procs(group, timeout=30)
@@ -260,7 +262,7 @@ def test_lost_checkpoint_stops_with_the_ways_out_and_resumes_from_tables(home):
     services.stop_speed(home)
     for path in home.checkpoints.iterdir():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
-    with pytest.raises(processes.ServiceError, match="landing checkpoint .* is missing.*--resume-from-tables"):
+    with pytest.raises(processes.ServiceError, match=r"landing checkpoint .* is missing.*--resume-from-tables"):
         services.start_speed(home)
     services.start_speed(home, resume_from_tables=True)
     producer.send(home, records[1500:])
@@ -282,10 +284,8 @@ def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_w
         admin.delete_records({TopicPartition(home.topic, p): end for p, end in ends.items()})
     finally:
         admin.close()
-    try:
-        services.start_speed(home)  # may already fail here, or in its first micro-batch
-    except processes.ServiceError:
-        pass
+    with contextlib.suppress(processes.ServiceError):  # it may already fail here, or in its first micro-batch
+        services.start_speed(home)
     processes.wait_until(lambda: processes.running_pid(home, services.SPEED) is None, 120, "the speed layer to stop")
     assert "Kafka no longer holds offsets the speed layer still needs" in services.last_speed_health(home)["error"]
     landed, _, dead, _ = _landed(home)

@@ -25,9 +25,9 @@ from speed_layer import queries
 from speed_layer.compact import compact
 from speed_layer.fold import Fold
 from tests.compare import merged_rows
-from views.events import kafka_frame
 from views import all_views, timebase
 from views import tables as catalog
+from views.events import kafka_frame
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,8 @@ def _batches(spark, records):
 
 
 def _speed(settings):
-    return {name: merged_rows(settings, view) for name, view in all_views(settings.view_modules, settings.domain).items()}
+    return {name: merged_rows(settings, view)
+            for name, view in all_views(settings.view_modules, settings.domain).items()}
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +174,11 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     write_deltalake(tables.table("serving_state"), pa.Table.from_pylist(
         [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}],
         catalog.SERVING_STATE.schema))
-    records = generator.generate(start, start + timedelta(hours=1), 300, seed=4, mix=Mix(late=0, duplicate=0, malformed=0))
+    records = generator.generate(start, start + timedelta(hours=1), 300, seed=4,
+                                 mix=Mix(late=0, duplicate=0, malformed=0))
     Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
-    counted = {(r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()}
+    counted = {(r.view, r.day): r.events
+               for r in spark.read.format("delta").load(tables.table("late_events")).collect()}
     assert counted == {("page_views_per_minute", start.date()): sum(
         json.loads(r.value)["event_type"] == "page_view" for r in records)}
     assert stale_days(tables) == [start.date()]

@@ -18,11 +18,13 @@ Each seed draws its own days, events, dimension changes, micro-batch cuts and bo
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable
+from types import ModuleType
 
 import pytest
 
@@ -38,8 +40,8 @@ from speed_layer.fold import Fold
 from tests import ads_oracle, oracle
 from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
-from views.events import kafka_rows
 from views import all_views, changelog, domain, events, timebase
+from views.events import kafka_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,7 +61,7 @@ class Case:
 
     domain: str
     seeds: tuple[int, ...]
-    generator: object
+    generator: ModuleType
     #: records -> {view: {key: measures}}, given each event's dimension value
     oracle: Callable
     as_of: Callable
@@ -94,7 +96,7 @@ class Run:
 
 def _time(record: Record) -> datetime | None:
     try:
-        return datetime.fromisoformat(json.loads(record.value)["event_time"]).astimezone(timebase.UTC)
+        return datetime.fromisoformat(record.event()["event_time"]).astimezone(timebase.UTC)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -109,7 +111,7 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark, latest
     queries.ensure_tables(spark, settings)
     fold = Fold(spark, settings, list(views.values()), "equivalence")
     seen, value_of, newest, landed_changes = [], {}, None, []
-    for batch_id, (first, last) in enumerate(zip(cuts, cuts[1:])):
+    for batch_id, (first, last) in enumerate(itertools.pairwise(cuts)):
         known = [c for c in changes if c.send_at < records[first].send_at]
         if len(known) != len(landed_changes):
             landed_changes = known

@@ -39,7 +39,7 @@ def running(settings: Settings) -> Iterator[AirflowService]:
 
 
 @pytest.fixture(scope="session")
-def airflow_service(batch_engine: Settings) -> AirflowService:
+def airflow_service(batch_engine: Settings) -> Iterator[AirflowService]:
     """The test deployment's running Airflow (:func:`running`) for the whole session."""
     with running(batch_engine) as service:
         yield service

@@ -27,7 +27,8 @@ def test_where_names_the_secret_s_place_never_the_secret(tmp_path):
     settings = load(tmp_path)
     assert credentials.where(settings, "serve_token", "serve-token") == str(tmp_path / "secrets" / "serve-token")
     chosen = settings.with_overrides(airflow_password="chosen")
-    assert credentials.airflow_password_location(chosen) == f"the setting airflow_password in {tmp_path / 'settings.json'}"
+    assert (credentials.airflow_password_location(chosen)
+            == f"the setting airflow_password in {tmp_path / 'settings.json'}")
 
 
 def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
@@ -40,7 +41,8 @@ def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
         credentials.write_private(tmp_path / "new" / "keys", "k")
     finally:
         os.umask(old)
-    assert json.loads((tmp_path / "settings.json").read_text()) == {"serve_token": "s3cret", "batch_start_date": "2026-01-01"}
+    assert json.loads((tmp_path / "settings.json").read_text()) == {"serve_token": "s3cret",
+                                                                    "batch_start_date": "2026-01-01"}
     for path in (tmp_path / "settings.json", tmp_path / "new" / "keys"):
         assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["keys", "new", "settings.json"]  # no temporary file left

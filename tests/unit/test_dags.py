@@ -4,7 +4,7 @@ form refuses what is wrong."""
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,8 +13,8 @@ from infra.settings import REPO
 
 pytestmark = pytest.mark.processes
 
-MIDNIGHT_NOV_19 = datetime(2026, 11, 19, tzinfo=timezone.utc)
-MIDNIGHT_NOV_20 = datetime(2026, 11, 20, tzinfo=timezone.utc)
+MIDNIGHT_NOV_19 = datetime(2026, 11, 19, tzinfo=UTC)
+MIDNIGHT_NOV_20 = datetime(2026, 11, 20, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_scheduled_run_at_midnight_recomputes_the_day_that_ended(batch_timetable
     from airflow.timetables.base import DataInterval, TimeRestriction
 
     info = batch_timetable.next_dagrun_info(
-        last_automated_data_interval=DataInterval(datetime(2026, 11, 18, tzinfo=timezone.utc), MIDNIGHT_NOV_19),
+        last_automated_data_interval=DataInterval(datetime(2026, 11, 18, tzinfo=UTC), MIDNIGHT_NOV_19),
         restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
     assert info.run_after == MIDNIGHT_NOV_20
     assert info.data_interval == DataInterval(MIDNIGHT_NOV_19, MIDNIGHT_NOV_20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import duckdb
@@ -11,9 +12,9 @@ import pytest
 from lambdalake import deadletters as dl
 from lambdalake.deadletters import corrections, queries
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter, Request
-from views import tables
 from tests import dead_letter_rows
 from tests.dead_letter_rows import FUTURE, T0
+from views import tables
 
 LETTERS = dead_letter_rows.sample("events")
 
@@ -22,7 +23,7 @@ def _at(partition: int, offset: int) -> Coordinates:
     return Coordinates("events", partition, offset)
 
 
-def _connect(replayed: list[Coordinates] = ()) -> queries.Rows:
+def _connect(replayed: Sequence[Coordinates] = ()) -> queries.Rows:
     """The queries' ``rows`` over a DuckDB database holding the sample dead letters and ``replayed``."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -33,7 +34,7 @@ def _connect(replayed: list[Coordinates] = ()) -> queries.Rows:
 
     def rows(sql: str, params: dict) -> list[dict]:
         result = con.execute(sql, params)
-        return [dict(zip([d[0] for d in result.description], row)) for row in result.fetchall()]
+        return [dict(zip([d[0] for d in result.description], row, strict=True)) for row in result.fetchall()]
     return rows
 
 

@@ -3,8 +3,8 @@
 from datetime import date
 
 from speed_layer.late_events import Tally, count
-from views.tables import LATE_EVENTS
 from views import all_views
+from views.tables import LATE_EVENTS
 
 D20, D21, D22 = (date(2026, 11, d) for d in (20, 21, 22))
 

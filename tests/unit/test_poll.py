@@ -1,4 +1,5 @@
-"""processes.poll, the one wait every service and client uses: the first answer, a timeout, or the attempt's own error."""
+"""processes.poll, the one wait every service and client uses: the first answer, a timeout, or the attempt's own
+error."""
 
 import pytest
 
@@ -12,7 +13,7 @@ def test_poll_returns_the_first_answer_that_is_not_none():
 
 def test_poll_raises_the_timeout_error_once_time_runs_out():
     tries = []
-    with pytest.raises(TimeoutError, match="nothing after 0.2 s"):
+    with pytest.raises(TimeoutError, match=r"nothing after 0.2 s"):
         poll(lambda: tries.append(1), timeout=0.2, every=0.05, timed_out=lambda: TimeoutError("nothing after 0.2 s"))
     assert 2 <= len(tries) <= 6
 

@@ -14,7 +14,8 @@ from infra.settings import load
 #: scheduler's executor workers run tasks), prints their pids and exits; they end within a minute anyway.
 LEADER = """
 import subprocess, sys
-worker = "import subprocess, time; print(subprocess.Popen(['sleep', '60'], start_new_session=True).pid, flush=True); time.sleep(60)"
+worker = ("import subprocess, time; "
+          "print(subprocess.Popen(['sleep', '60'], start_new_session=True).pid, flush=True); time.sleep(60)")
 print(subprocess.Popen([sys.executable, "-c", worker]).pid, flush=True)
 """
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from infra.settings import REPO
 
-OWN = {"batch_layer", "bench", "dags", "domains", "infra", "lambdalake", "serving_layer", "speed_layer", "tests", "views"}
+OWN = {"batch_layer", "bench", "dags", "domains", "infra", "lambdalake", "serving_layer", "speed_layer", "tests",
+       "views"}
 
 
 def _imported() -> set[str]:
@@ -24,7 +25,7 @@ def _imported() -> set[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and not node.level:
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module.split(".")[0])
     return names - OWN - set(sys.stdlib_module_names) - {"__future__"}
 
@@ -58,7 +59,8 @@ def _modules(distribution: str) -> set[str]:
 
 def _requirements(distribution: str) -> list[str]:
     """The distributions ``distribution`` always needs (no extras, no markers)."""
-    return [re.match(r"[A-Za-z0-9_.-]+", line)[0] for line in requires(distribution) or () if ";" not in line]
+    return [re.split(r"[^A-Za-z0-9_.-]", line, maxsplit=1)[0]
+            for line in requires(distribution) or () if ";" not in line]
 
 
 def test_every_imported_package_is_listed_and_every_listed_one_imported():

@@ -153,7 +153,8 @@ def test_the_memory_and_thread_limits(settings):
     """The engine takes its memory limit and threads from the settings; a query that needs more memory is
     refused in one line (nothing spills to disk) and the engine goes on."""
     con = sandbox.connect("64MB", 1)
-    assert (sandbox.memory_limit_of(con), con.execute("SELECT current_setting('threads')").fetchall()) == ("61.0 MiB", [(1,)])
+    assert sandbox.memory_limit_of(con) == "61.0 MiB"
+    assert con.execute("SELECT current_setting('threads')").fetchall() == [(1,)]
     limited = settings.with_overrides(query_memory_limit="64MB", query_threads=1)
     with pytest.raises(QueryError, match=r"^refused: needs more memory than the limit, 61.0 MiB \(setting "
                                          r"query_memory_limit\); narrow the query with WHERE or aggregate$"):
@@ -215,7 +216,8 @@ def test_readers_see_each_new_version_while_it_is_written(settings):
     path, start = versions.current(settings, "page_views_per_minute"), datetime(2026, 1, 1, 11, tzinfo=UTC)
 
     def write(i: int) -> None:
-        write_deltalake(path, pa.table({"window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW),
+        write_deltalake(path, pa.table({"window_start": pa.array([start], WINDOW),
+                                        "window_end": pa.array([start], WINDOW),
                                         "page": [f"/{i}"], "views": [1], "unique_users": [1]}), mode="append")
 
     def read(_) -> list[int]:

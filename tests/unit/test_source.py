@@ -25,7 +25,7 @@ def test_the_key_time_and_kind_fields_land_as_the_columns_every_layer_reads():
 def test_a_deployment_finds_its_domain_and_the_domain_its_views():
     assert domain("clickstream").source is EVENTS and domain().dimensions == (PRODUCTS,)
     assert set(all_views(domain_name="clickstream")) >= {"page_views_per_minute", "sessions_hourly"}
-    with pytest.raises(ValueError, match="unknown domain 'shop' .*known: .*clickstream"):
+    with pytest.raises(ValueError, match=r"unknown domain 'shop' .*known: .*clickstream"):
         domain("shop")
 
 
@@ -45,5 +45,5 @@ def test_a_wrong_source_is_refused_with_its_reason(changes, problem):
 
 
 def test_a_wrong_changelog_is_refused_with_its_reason():
-    with pytest.raises(ValueError, match="changelog c: .*valid_from field updated_at must be a string field"):
+    with pytest.raises(ValueError, match=r"changelog c: .*valid_from field updated_at must be a string field"):
         Changelog("c", "", "c", "c_changes", "k", {"k": STRING, "v": DECIMAL})

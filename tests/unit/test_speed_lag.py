@@ -2,7 +2,7 @@
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from infra import processes, services
 from infra.settings import load
@@ -29,7 +29,7 @@ def test_processed_offsets_are_the_last_committed_micro_batchs(tmp_path):
 
 
 def _report(settings, lag_records: int, progressed_seconds_ago: float) -> None:
-    moment = datetime.fromtimestamp(time.time() - progressed_seconds_ago, timezone.utc)
+    moment = datetime.fromtimestamp(time.time() - progressed_seconds_ago, UTC)
     settings.speed_health_file.parent.mkdir(parents=True, exist_ok=True)
     settings.speed_health_file.write_text(json.dumps({
         "pid": 1, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "error": None,
