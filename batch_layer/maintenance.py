@@ -126,7 +126,8 @@ def _vacuum(spark: SparkSession, table: str, log: deltalake.DeltaTable, retentio
     """Delete the ``deletable`` files of the table; the table's deletable files left.
 
     ``VACUUM ... LITE`` deletes the files the log's commits record removed, without listing the table
-    (3.1 s where a full VACUUM took 28-38 s here). A full VACUUM runs only if LITE left some: files a
+    (which, in an object store of many files, is what a full VACUUM spends its time on; its listing's
+    tasks: infra.spark.conf). A full VACUUM runs only if LITE left some: files a
     failed write left behind, which no commit names, or when Delta refuses LITE because the log was
     trimmed (``delta_log_retention_days``) past the last LITE's commit: then it refuses for good, as a
     full VACUUM does not record where LITE may go on from.
