@@ -44,11 +44,6 @@ os.environ.update(S3.environment())
 HISTORY_DAYS = 2
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The end-to-end test last: the batch engine it moves onto a Spark cluster stays stopped after it."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
-
-
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory) -> Settings:
     """Settings of the test deployment: a session tmp home and ports offset from the defaults."""
@@ -105,7 +100,7 @@ def object_store(deployment) -> Iterator[str]:
 def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Iterator[Settings]:
     """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
     the object store, for one test: the speed layer it starts and the batch engine, which Airflow's
-    batch tasks use, run there; afterwards the cluster and the engine are stopped."""
+    batch tasks use, run there; afterwards the cluster is stopped and the engine runs locally again."""
     path = deployment.home / "settings.json"
     saved = path.read_text()
     settings = deployment.save(spark_master="standalone", storage=f"{object_store}/e2e")
@@ -114,8 +109,9 @@ def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Itera
     engines.start(settings)
     yield settings
     path.write_text(saved)
-    engines.stop(settings)  # not started again: the end-to-end test runs last (pytest_collection_modifyitems)
+    engines.stop(settings)
     assert spark_cluster.stop(settings)
+    engines.start(deployment)
 
 
 @pytest.fixture
