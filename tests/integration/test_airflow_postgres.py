@@ -27,14 +27,17 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def on_postgres(deployment, batch_engine):
-    """The session deployment's settings in a home of its own, Airflow on PostgreSQL at the next port.
-    The home is reachable by the ``postgres`` user that runs the cluster when the tests run as root
+    """The session deployment's settings in a home of its own, Airflow on PostgreSQL at the next port,
+    the batch DAG starting yesterday as of now (the session may have begun the day before). The home is
+    reachable by the ``postgres`` user that runs the cluster when the tests run as root
     (pytest's own tmp folders are root's alone)."""
     home = Path(tempfile.mkdtemp(prefix="lambdalake-postgres-"))
     home.chmod(0o711)
     stored = json.loads((deployment.home / "settings.json").read_text())
+    yesterday = datetime.now(timebase.UTC).date() - timedelta(days=1)
     (home / "settings.json").write_text(json.dumps({
-        **stored, "airflow_database": "postgresql", "airflow_port": deployment.airflow_port + 1}))
+        **stored, "airflow_database": "postgresql", "airflow_port": deployment.airflow_port + 1,
+        "batch_start_date": yesterday.isoformat()}))
     try:
         with running(config.load(home)) as service:
             yield service
@@ -48,7 +51,8 @@ def test_the_scheduler_runs_batch_recompute_with_its_metadata_in_postgresql(spar
     assert set(status) == {*airflow.SERVICES, postgres.NAME}
     assert all(service["healthy"] for service in status.values())
 
-    yesterday = datetime.now(timebase.UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    assert settings.batch_start_date is not None
+    yesterday = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     ensure_tables(spark, settings)
     land(spark, settings, generate(yesterday, yesterday + timedelta(days=1), 300, seed=7))
     client.unpause("batch_recompute")  # catch-up from batch_start_date: yesterday's run
