@@ -22,8 +22,8 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
-from serving_layer.engine import sketch_functions
-from serving_layer.merge import speed_sql
+from lake.merge import speed_sql
+from lake.sketches import sketch_functions
 from views import tables, timebase
 from views.model import View
 

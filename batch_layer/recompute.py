@@ -1,7 +1,7 @@
 """Recompute batch views exactly from raw_events for whole UTC days, then record those days final.
 
 Each view's days are replaced atomically (Delta ``replaceWhere``) in the version of its batch table
-serving it (batch_layer.versions), so reruns and backfills converge; a day enters the ledger
+serving it (lake.versions), so reruns and backfills converge; a day enters the ledger
 (serving_state) only after its rows are committed.
 """
 
@@ -15,14 +15,13 @@ from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
-import deltalake
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch_layer import corrections, quality, versions
+from batch_layer import corrections, quality
 from infra import delta
 from infra.settings import Settings
+from lake import ledger, versions
 from views import all_views, compile, domain, tables, timebase
 from views.model import View
 
@@ -131,29 +130,11 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     return checked.per_day
 
 
-def record_final(settings: Settings, days: dict[str, dict[date, int]], at: datetime) -> None:
-    """Record each view's days (view -> day -> rows) final in the ledger, computed ``at``; one commit."""
-    rows = [{"view": view, "day": day, "rows": count, "computed_at": at}
-            for view, counts in days.items() for day, count in counts.items()]
-    if rows:
-        delta.upsert(pa.Table.from_pylist(rows, tables.SERVING_STATE.schema), tables.SERVING_STATE.path(settings),
-                     ("view", "day"))
-
-
-def final_days(settings: Settings, view: str) -> set[date]:
-    """The days the ledger records final for ``view``."""
-    try:
-        ledger = deltalake.DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(columns=["view", "day"])
-    except deltalake.exceptions.TableNotFoundError:
-        return set()
-    return {row["day"] for row in ledger.to_pylist() if row["view"] == view}
-
-
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
                    events: DataFrame | None = None, unique: dict[str, int] | None = None,
                    raw_events_checked: Future | None = None) -> dict:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
-    (batch_layer.versions, :func:`write_days` from ``events``, by default read for this view alone) and
+    (lake.versions, :func:`write_days` from ``events``, by default read for this view alone) and
     record those days final."""
     days = timebase.days_between(start, end)
     path = versions.current(settings, view.name)
@@ -161,8 +142,8 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
         events = compile.first_copies(read_records(spark, settings, [view], start, end))
     per_day = write_days(spark, settings, view, events, start, end, path, unique, raw_events_checked)
     versions.require_serving(settings, view.name, path)
-    record_final(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
-    final = timebase.spans(final_days(settings, view.name))
+    ledger.record(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
+    final = timebase.spans(ledger.final_days(settings).get(view.name, set()))
     count = sum(per_day.values())
     log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
     return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}

@@ -1,5 +1,5 @@
 """Reprocess: rebuild views with the code deployed now into new versions of their batch tables, then
-switch serving to all of them at once (blue/green; batch_layer.versions).
+switch serving to all of them at once (blue/green; lake.versions).
 
 For each chosen view, a new table ``batch/<view>@<label>`` gets the view's rows of the chosen days,
 computed as the nightly recompute computes them (compile.batch, the Great Expectations suites, the
@@ -22,10 +22,10 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch_layer import versions
-from batch_layer.recompute import checked_events, each_view, final_days, record_final, write_days
+from batch_layer.recompute import checked_events, each_view, write_days
 from infra import storage
 from infra.settings import Settings
+from lake import ledger, versions
 from views import all_views, tables, timebase
 from views.model import View
 
@@ -141,17 +141,16 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
     final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
     new tables are deleted (versions.Conflict)."""
     days = timebase.days_between(plan.start, plan.end)
-    newly = {}
-    for view, per_day in built.items():
-        final = final_days(settings, view)
-        newly[view] = {day: per_day.get(day, 0) for day in days if day not in final}
+    final = ledger.final_days(settings)
+    newly = {view: {day: per_day.get(day, 0) for day in days if day not in final.get(view, set())}
+             for view, per_day in built.items()}
     at = datetime.now(timebase.UTC)
     try:
         versions.switch(settings, {view: tables.batch(view, plan.label).name for view in built}, at, based_on)
     except versions.Conflict:
         discard(settings, plan)
         raise
-    record_final(settings, newly, at)
+    ledger.record(settings, newly, at)
     return {view: {"label": plan.label,
                    "previous": versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
                    "rows": sum(per_day.values()), "days": f"{plan.first}..{plan.last}",

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import date
-
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from datetime import date, datetime
 
 from infra.settings import Settings
+from lake import ledger
 from views import all_views, tables
-
-
-def _rows(settings: Settings, table: tables.Table, columns: list[str]) -> list[dict]:
-    try:
-        return DeltaTable(table.path(settings)).to_pyarrow_table(columns=columns).to_pylist()
-    except TableNotFoundError:
-        return []
 
 
 def stale_days(settings: Settings) -> list[date]:
     """Days already in the batch ledger whose windows late events that arrived since they were computed
     can change (for a view whose windows reach across midnight, the neighbouring days too)."""
     views = all_views(settings.view_modules, settings.domain)
-    computed: dict[tuple, object] = {}
-    for row in _rows(settings, tables.SERVING_STATE, ["view", "day", "computed_at"]):
-        key = (row["view"], row["day"])
-        computed[key] = max(computed.get(key, row["computed_at"]), row["computed_at"])
+    computed: dict[tuple[str, date], datetime] = {}
+    for entry in ledger.entries(settings):
+        key = (entry.view, entry.day)
+        computed[key] = max(computed.get(key, entry.computed_at), entry.computed_at)
     stale = set()
-    for row in _rows(settings, tables.LATE_EVENTS, ["view", "day", "received_at"]):
+    late = tables.LATE_EVENTS.rows(settings, ["view", "day", "received_at"])
+    for row in [] if late is None else late.to_pylist():
         if row["view"] not in views:
             continue  # a view since removed
         for day in views[row["view"]].days_affected(row["day"]):

@@ -56,7 +56,7 @@ from unittest import mock
 
 from pyspark.sql import functions as F
 
-from batch_layer import corrections, quality, versions
+from batch_layer import corrections, quality
 from batch_layer.recompute import recompute_day
 from batch_layer.stale import stale_days
 from bench import landing
@@ -64,6 +64,7 @@ from domains.clickstream import PRODUCTS, generator
 from domains.producer import Record
 from infra import spark as sparks
 from infra.settings import Settings
+from lake import versions
 from speed_layer.queries import ensure_tables
 from views import all_views, changelog
 from views.model import View

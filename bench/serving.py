@@ -57,8 +57,8 @@ from bench import landing
 from domains.clickstream import generator
 from infra import spark as sparks
 from infra.settings import Settings
+from lake.merge import batch_relation
 from serving_layer import engine, sandbox, spark_sql
-from serving_layer.merge import batch_relation
 from speed_layer.fold import Fold
 from speed_layer.queries import ensure_tables, speed_views
 from views import all_views, tables
@@ -70,7 +70,7 @@ CLIENTS = 4
 SECONDS = 20  # the throughput test's duration per runner
 SPEED_EVENTS = 5_000
 RUNNERS = ("serving layer", "Spark SQL (baseline)")
-#: The relations the merged view reads (``serving_layer.merge.merged_sql``), cached by the baseline.
+#: The relations the merged view reads (``lake.merge.merged_sql``), cached by the baseline.
 CACHED = (batch_relation(VIEW), tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name)
 #: Under writes: this many point queries, one every ``WRITES_EVERY`` seconds, while micro-batches of
 #: ``BATCH_EVENTS`` events are committed.

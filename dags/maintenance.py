@@ -10,7 +10,7 @@ Every hour, off the speed layer's hot path:
    and the speed layer never appends to it again, so the two never conflict.
 2. **Retire batch versions**: delete the versions of views' batch tables that serve no view and can no
    longer be switched back to (`version_retention_days` after a reprocess replaced them;
-   `batch_layer.versions.retire`).
+   `lake.versions.retire`).
 3. **OPTIMIZE** every Delta table that has small files (bin-packing what micro-batches leave), then
    **VACUUM** the files no version within the retention (`vacuum_retention_hours`, a week by default,
    set as each table's property) reads, so time travel and running readers keep working
@@ -52,7 +52,7 @@ with DAG(
     @task
     def retire_versions() -> list[str]:
         """Delete the batch versions past their retention; their names."""
-        from batch_layer.versions import retire
+        from lake.versions import retire
 
         return retire(load())
 

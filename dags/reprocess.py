@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from batch_layer import versions
 from infra import dags
 from infra.settings import load
+from lake import versions
 from views import all_views, tables
 
 settings = load()

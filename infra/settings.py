@@ -105,7 +105,7 @@ class Settings:
     #: this many days (Delta's default); maintenance sets it on every table.
     delta_log_retention_days: float = 30
     #: A view's batch version replaced by a reprocess can be switched back to for this many days; then
-    #: maintenance deletes it (batch_layer.versions.retire).
+    #: maintenance deletes it (lake.versions.retire).
     version_retention_days: float = 7
 
     def __post_init__(self) -> None:

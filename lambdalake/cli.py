@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import asdict
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -203,7 +204,8 @@ def _version(version: dict) -> str:
 
 
 def _reprocess(settings, parser: Parser, args) -> None:
-    from batch_layer import reprocess, versions
+    from batch_layer import reprocess
+    from lake import versions
     from views import all_views
 
     if args.switch_back:
@@ -211,29 +213,30 @@ def _reprocess(settings, parser: Parser, args) -> None:
             parser.error("--switch-back takes only --views")
         chosen = args.views or all_views(settings.view_modules, settings.domain)
         for view, done in versions.switch_back(settings, chosen).items():
-            print(f"{view}: serving {done['label']} again; days carried over from the version left: "
-                  f"{done['carried_days']}")
+            print(f"{view}: serving {done.label} again; days carried over from the version left: "
+                  f"{done.carried_days}")
         return
     from infra import spark as sparks
 
     plan = reprocess.plan(settings, args.label, args.views, args.first, args.last, args.all_history)
     with sparks.engine(settings) as spark:
         done_per_view = reprocess.reprocess(spark, settings, plan)
-    for view, done in done_per_view.items():
-        print(f"{view}: serving {done['label']} (was {done['previous']}): {done['rows']} rows recomputed for "
-              f"{done['days']}; newly final {done['newly_final']}")
+    for view, built in done_per_view.items():
+        print(f"{view}: serving {built['label']} (was {built['previous']}): {built['rows']} rows recomputed for "
+              f"{built['days']}; newly final {built['newly_final']}")
 
 
 def _status(settings, as_json: bool) -> None:
-    from batch_layer import versions
     from infra import services
+    from lake import versions
     from serving_layer.catalog import corrections, quality, rows
     from views import all_views, tables
 
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
-    report["versions"] = versions.describe(settings, all_views(settings.view_modules, settings.domain))
+    report["versions"] = {view: asdict(version) for view, version in
+                          versions.describe(settings, all_views(settings.view_modules, settings.domain)).items()}
     report["late_events"] = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, "
                                  "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "
@@ -357,9 +360,9 @@ def run(argv: list[str]) -> None:
 
 def _told() -> tuple[type[Exception], ...]:
     """The errors told in one line (their modules imported once one is raised: a query stays quick)."""
-    from batch_layer.versions import Conflict
     from infra.airflow import AirflowError
     from infra.spark import EngineError
+    from lake.versions import Conflict
     from serving_layer.sandbox import QueryError
 
     return (QueryError, processes.ServiceError, AirflowError, EngineError, Conflict, FileNotFoundError,

@@ -7,14 +7,15 @@ One description for every front end: ``lambdalake views`` and ``status``, and th
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import datetime
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from batch_layer import versions
 from infra import batch_engine, services
 from infra.settings import Settings
+from lake import versions
 from serving_layer import engine
 from serving_layer.sandbox import QueryError
 from views import all_views, tables
@@ -35,7 +36,7 @@ def views(settings: Settings) -> list[dict]:
         "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
         "tables": {"batch": batch[v.name],
                    "speed": f"{tables.SPEED_PARTIALS.path(settings)} (partition view={v.name}, column {v.name})"},
-        "version": serving[v.name],
+        "version": asdict(serving[v.name]),
         "speed_states": list(state_columns(v)),
         "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
     } for v in declared.values()]

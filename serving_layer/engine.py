@@ -1,7 +1,7 @@
 """The query engine analysts use: DuckDB over the Delta tables (read with delta-rs), no JVM.
 
 Every declared view is a SQL view of the same name: batch rows of its final days and speed rows of the
-others (serving_layer.merge); the master dataset and dead letters are there too, as ``raw_events`` and
+others (lake.merge); the master dataset and dead letters are there too, as ``raw_events`` and
 ``dead_letters``. An :class:`Engine` serves many queries: it opens a table again only when its Delta
 log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) on a cursor of its own,
 so readers run side by side. A query still running after ``query_fast_lane_seconds`` is stopped and
@@ -14,7 +14,7 @@ plus its new files); the master dataset and dead letters, which grow with every 
 scanned in place.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
-(batch_layer.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
+(lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
 switch shows at the next query, whole, and a query runs on one state (one version of each table).
 """
 
@@ -28,22 +28,21 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 
 import duckdb
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from datasketches import hll_sketch, hll_union
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from duckdb.func import FunctionNullHandling
 
-from batch_layer import versions
 from infra import storage
 from infra.settings import Settings
+from lake import ledger, versions
+from lake.merge import batch_relation, merged_views
+from lake.sketches import sketch_functions
 from serving_layer import sandbox
-from serving_layer.merge import batch_relation, merged_views
-from views import all_views, compile, domain, tables
+from views import all_views, domain, tables
 
 
 def base_tables(settings: Settings) -> tuple[str, ...]:
@@ -66,51 +65,21 @@ STOPPING_SECONDS = 1.0
 PASSED = 10_000
 
 
-def _dataset(settings: Settings, name: str):
-    try:
-        return DeltaTable(settings.table(name)).to_pyarrow_dataset()
-    except TableNotFoundError:
-        return None
-
-
-def _days(settings: Settings, table: str, day: str) -> dict[str, set[date]]:
-    """Per view, the distinct UTC days of column ``day`` in ``table`` (empty if there is no table)."""
-    dataset = _dataset(settings, table)
-    rows = dataset.to_table(columns=["view", day]) if dataset is not None else None
+def _speed_days(settings: Settings) -> dict[str, set[date]]:
+    """Per view, the UTC days of the hours it has speed partials for (none if there is no table)."""
+    partials = tables.SPEED_PARTIALS.rows(settings, ["view", "window_hour"])
     found = {}
     for name in all_views(settings.view_modules, settings.domain):
-        values = [] if rows is None else rows.filter(pc.equal(rows["view"], name))[day].to_pylist()
-        found[name] = {v.date() if isinstance(v, datetime) else v for v in values}
+        hours = [] if partials is None else partials.filter(pc.equal(partials["view"], name))["window_hour"].to_pylist()
+        found[name] = {hour.date() for hour in hours}
     return found
 
 
 def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
     """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
-    final = _days(settings, tables.SERVING_STATE.name, "day")
-    speed = _days(settings, tables.SPEED_PARTIALS.name, "window_hour")
-    return {name: {"final": days, "provisional": speed[name] - days} for name, days in final.items()}
-
-
-def _sketch_union(sketches: list[bytes | None]) -> bytes | None:
-    """The union of Spark's HyperLogLog sketches (``hll_sketch_agg``), as a sketch."""
-    union, found = hll_union(compile.SKETCH_LGK), False
-    for sketch in sketches or ():
-        if sketch is not None:
-            union.update(hll_sketch.deserialize(sketch))
-            found = True
-    return union.get_result().serialize_compact() if found else None
-
-
-def _sketch_estimate(sketch: bytes | None) -> int | None:
-    return None if sketch is None else round(hll_sketch.deserialize(sketch).get_estimate())
-
-
-def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
-    special = FunctionNullHandling.SPECIAL
-    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling=special)
-    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling=special)
-    con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
+    final = ledger.final_days(settings)
+    return {name: {"final": final.get(name, set()), "provisional": days - final.get(name, set())}
+            for name, days in _speed_days(settings).items()}
 
 
 def _appended(before, after):

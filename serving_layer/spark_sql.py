@@ -1,6 +1,6 @@
 """The merged views in Spark SQL, for queries too heavy for one machine and for clusters.
 
-The same merge SQL as the DuckDB engine (``serving_layer.merge``) over the same Delta tables: each
+The same merge SQL as the DuckDB engine (``lake.merge``) over the same Delta tables: each
 view and analyst table is a temporary view of a Spark session of its own (sharing the caller's
 SparkContext), which reads double-quoted names as identifiers, as DuckDB does (:data:`DIALECT`).
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from batch_layer import versions
 from infra import delta
 from infra.settings import Settings
+from lake import versions
+from lake.merge import batch_relation, merged_views
 from serving_layer.engine import base_tables
-from serving_layer.merge import batch_relation, merged_views
 from views import all_views, tables
 
 #: How Spark reads the merge SQL as DuckDB does: double-quoted names are identifiers.
@@ -40,7 +40,7 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
             relations[name] = sql.read.format("delta").load(path)
             relations[name].createOrReplaceTempView(name)
 
-    for name in base_tables(settings):  # the ledger before the version pointers (batch_layer.versions)
+    for name in base_tables(settings):  # the ledger before the version pointers (lake.versions)
         register(name, settings.table(name))
     for name, path in versions.serving(settings, views).items():
         register(batch_relation(name), path)

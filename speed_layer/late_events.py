@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
+from lake import ledger
 from views import events, tables
 from views.model import View
 from views.timebase import DAY
@@ -32,13 +31,7 @@ from views.timebase import DAY
 def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     """Per view with final days, the newest day whose events can change one of them (its newest final
     day and as many days after as its windows reach past midnight); read from the ledger."""
-    try:
-        ledger = DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(columns=["view", "day"]).to_pylist()
-    except TableNotFoundError:
-        return {}
-    newest: dict[str, date] = {}
-    for row in ledger:
-        newest[row["view"]] = max(newest.get(row["view"], row["day"]), row["day"])
+    newest = {view: max(days) for view, days in ledger.final_days(settings).items()}
     return {v.name: newest[v.name] + math.ceil(v.reach / DAY) * DAY for v in views if v.name in newest}
 
 

@@ -11,9 +11,6 @@ import json
 import uuid
 from pathlib import Path
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
-
 from infra import kafka
 from infra.settings import Settings
 from views import tables
@@ -38,11 +35,8 @@ def landed_offsets(settings: Settings) -> dict[int, int]:
     """The highest Kafka offset landed (in raw_events or dead_letters) per partition of the events topic."""
     highest: dict[int, int] = {}
     for landed in (tables.RAW_EVENTS, tables.DEAD_LETTERS):
-        try:
-            table = DeltaTable(landed.path(settings)).to_pyarrow_table(columns=["topic", "partition", "offset"])
-        except TableNotFoundError:
-            continue
-        for row in table.to_pylist():
+        table = landed.rows(settings, ["topic", "partition", "offset"])
+        for row in [] if table is None else table.to_pylist():
             if row["topic"] == settings.topic:
                 highest[row["partition"]] = max(highest.get(row["partition"], -1), row["offset"])
     return highest

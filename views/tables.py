@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from views.source import Changelog
 
@@ -26,6 +28,13 @@ class Table:
     def path(self, settings) -> str:
         """Where ``settings``' deployment stores it."""
         return settings.table(self.name)
+
+    def rows(self, settings, columns: list[str] | None = None) -> pa.Table | None:
+        """Its rows now (``columns`` of them), read with delta-rs (no Spark job); None if it was never written."""
+        try:
+            return DeltaTable(self.path(settings)).to_pyarrow_table(columns=columns)
+        except TableNotFoundError:
+            return None
 
     @property
     def stream_checkpoint(self) -> str:
@@ -77,7 +86,7 @@ DEAD_LETTER_REPLAYS = Table("dead_letter_replays", "the dead letters sent again,
                                               ("offset", pa.int64()), ("replayed_at", _UTC),
                                               ("corrected", pa.bool_())]))
 #: The tables every deployment has, whatever its domain, in the order the serving layer reads them: the
-#: ledger before the version pointers (batch_layer.versions), the speed partials last.
+#: ledger before the version pointers (lake.versions), the speed partials last.
 PLATFORM = (RAW_EVENTS, DEAD_LETTERS, LATE_EVENTS, SERVING_STATE, SERVING_VERSIONS, DEAD_LETTER_REPLAYS,
             QUALITY_RESULTS, CORRECTIONS, SPEED_PARTIALS)
 

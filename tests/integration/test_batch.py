@@ -8,12 +8,13 @@ from datetime import datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from batch_layer import quality, versions
+from batch_layer import quality
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_day, recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import delta, storage
+from lake import versions
 from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.integration.records import land

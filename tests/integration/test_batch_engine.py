@@ -19,11 +19,11 @@ from datetime import datetime, timedelta
 import deltalake
 import pytest
 
-from batch_layer import versions
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import batch_engine as engines
 from infra import processes
+from lake import versions
 from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.compare import day_measures, merged_rows, same_days

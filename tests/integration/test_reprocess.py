@@ -9,12 +9,13 @@ from datetime import datetime
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer import reprocess, versions
+from batch_layer import reprocess
 from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import storage
+from lake import versions
 from serving_layer import engine
 from tests import oracle
 from tests.integration.records import land
@@ -77,7 +78,7 @@ def test_reprocess_builds_aside_switches_both_views_in_one_commit_and_switches_b
 
     summary = reprocess.publish(tables, plan, built, based_on)
     assert _pointer_commits(tables) == 1  # both views switched in one commit
-    assert {name: version["label"] for name, version in versions.describe(tables, VIEWS).items()} == {
+    assert {name: version.label for name, version in versions.describe(tables, VIEWS).items()} == {
         name: "v2" for name in VIEWS}
     assert summary[PAGE_VIEWS.name]["previous"] == versions.INITIAL
     after = _merged(tables, PAGE_VIEWS.name)
@@ -96,8 +97,8 @@ def test_reprocess_builds_aside_switches_both_views_in_one_commit_and_switches_b
                                    if k[0] >= NEXT_DAY}
 
     switched = versions.switch_back(tables, VIEWS)
-    assert {name: done["label"] for name, done in switched.items()} == {name: versions.INITIAL for name in VIEWS}
-    assert switched[PAGE_VIEWS.name]["carried_days"] == str(NEXT_DAY.date())  # so the 21st stays whole
+    assert {name: done.label for name, done in switched.items()} == {name: versions.INITIAL for name in VIEWS}
+    assert switched[PAGE_VIEWS.name].carried_days == str(NEXT_DAY.date())  # so the 21st stays whole
     assert _merged(tables, PAGE_VIEWS.name) == {**before[PAGE_VIEWS.name], **nightly}
     assert _merged(tables, VIEWS[1]) == before[VIEWS[1]]
 

@@ -6,7 +6,7 @@ import ast
 from infra.settings import REPO
 from views import domain, tables
 
-LAYERS = ("batch_layer", "dags", "domains", "infra", "lambdalake", "serving_layer", "speed_layer", "views")
+LAYERS = ("batch_layer", "dags", "domains", "infra", "lake", "lambdalake", "serving_layer", "speed_layer", "views")
 
 
 def _literal_table_calls() -> list[str]:

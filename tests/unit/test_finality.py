@@ -9,7 +9,7 @@ import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serving_layer.merge import merged_sql
+from lake.merge import merged_sql
 from views.model import Tumbling, View, count
 from views.timebase import UTC, day_start
 

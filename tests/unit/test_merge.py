@@ -8,8 +8,8 @@ import duckdb
 import pytest
 from datasketches import hll_sketch
 
-from serving_layer.engine import sketch_functions
-from serving_layer.merge import merged_sql
+from lake.merge import merged_sql
+from lake.sketches import sketch_functions
 from views import get
 from views.compile import SKETCH_LGK
 from views.timebase import UTC

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from infra.settings import REPO
 
-OWN = {"batch_layer", "bench", "dags", "domains", "infra", "lambdalake", "serving_layer", "speed_layer", "tests",
-       "views"}
+OWN = {"batch_layer", "bench", "dags", "domains", "infra", "lake", "lambdalake", "serving_layer", "speed_layer",
+       "tests", "views"}
 
 
 def _imported() -> set[str]:

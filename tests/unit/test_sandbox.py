@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from batch_layer import versions
 from infra.settings import Settings
+from lake import versions
 from serving_layer import engine, sandbox
 from serving_layer.sandbox import QueryError
 from views import tables as catalog

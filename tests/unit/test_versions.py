@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from batch_layer import versions
 from infra.settings import Settings
+from lake import versions
 from views import tables as catalog
 from views.timebase import UTC
 
@@ -45,13 +45,14 @@ def test_a_switch_names_the_previous_version_and_retirement_keeps_what_may_serve
     assert versions.current(settings, VIEW) == settings.table(f"batch/{VIEW}")
     _switch(settings, "v2")
     assert versions.current(settings, VIEW) == settings.table(f"batch/{VIEW}@v2")
-    assert versions.describe(settings, [VIEW])[VIEW] | {"since": None} == {
-        "label": "v2", "since": None, "previous": versions.INITIAL}
+    described = versions.describe(settings, [VIEW])[VIEW]
+    assert (described.label, described.previous) == ("v2", versions.INITIAL)
+    assert described.since is not None and datetime.fromisoformat(described.since) <= datetime.now(UTC)
 
     assert versions.retire(settings) == []  # written just now, within a week
     assert versions.retire(dataclasses.replace(settings, version_retention_days=0)) == [
         f"batch/{VIEW}", f"batch/{VIEW}@broken"]
-    assert versions.describe(settings, [VIEW])[VIEW]["previous"] is None
+    assert versions.describe(settings, [VIEW])[VIEW].previous is None
     assert versions.current(settings, VIEW).endswith("@v2")
     with pytest.raises(ValueError, match="no previous version"):
         versions.switch_back(settings, [VIEW])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from datetime import date, datetime, timedelta
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from infra import storage
 from infra.settings import Settings
+from lake import ledger
 from views import tables, timebase
 
 #: A version's label: lowercase letters, digits, ``-`` and ``_`` (a JSON schema pattern, for the DAG's form too).
@@ -44,27 +46,49 @@ class Conflict(RuntimeError):
     or recorded."""
 
 
+@dataclass(frozen=True)
+class Pointer:
+    """A switched view's row of ``serving_versions``: the table serving it, since when, and the one it
+    replaced (None once that is retired)."""
+    view: str
+    table: str
+    switched_at: datetime
+    previous_table: str | None
+
+
+@dataclass(frozen=True)
+class Version:
+    """The version serving a view (its label), since when (None: its first, never switched), and the
+    label it can be switched back to."""
+    label: str
+    since: str | None
+    previous: str | None
+
+
+@dataclass(frozen=True)
+class SwitchedBack:
+    """A view switched back: the version serving it again, and the days carried over into it."""
+    label: str
+    carried_days: str
+
+
 def label(table: str) -> str:
     """The label of the version stored in ``table``."""
     return table.partition("@")[2] or INITIAL
 
 
-def pointers(settings: Settings, rows: pa.Table | None = None) -> dict[str, dict]:
-    """The pointer row of each switched view, from ``rows`` (a version of the pointer table already read)
+def pointers(settings: Settings, rows: pa.Table | None = None) -> dict[str, Pointer]:
+    """The pointer of each switched view, from ``rows`` (a version of the pointer table already read)
     or else from the table now."""
-    if rows is None:
-        try:
-            rows = DeltaTable(tables.SERVING_VERSIONS.path(settings)).to_pyarrow_table()
-        except TableNotFoundError:
-            return {}
-    return {row["view"]: row for row in rows.to_pylist()}
+    rows = tables.SERVING_VERSIONS.rows(settings) if rows is None else rows
+    return {} if rows is None else {row["view"]: Pointer(**row) for row in rows.to_pylist()}
 
 
-def _serving(rows: dict[str, dict], view: str) -> str:
-    return rows[view]["table"] if view in rows else tables.batch(view).name
+def _serving(rows: dict[str, Pointer], view: str) -> str:
+    return rows[view].table if view in rows else tables.batch(view).name
 
 
-def serving(settings: Settings, views: Iterable[str], rows: dict[str, dict] | None = None) -> dict[str, str]:
+def serving(settings: Settings, views: Iterable[str], rows: dict[str, Pointer] | None = None) -> dict[str, str]:
     """The path of the table serving each of ``views``, by the pointer rows ``rows`` (default: read now)."""
     rows = pointers(settings) if rows is None else rows
     return {view: settings.table(_serving(rows, view)) for view in views}
@@ -75,15 +99,14 @@ def current(settings: Settings, view: str) -> str:
     return serving(settings, [view])[view]
 
 
-def describe(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
+def describe(settings: Settings, views: Iterable[str]) -> dict[str, Version]:
     """Per view, the version serving it, since when, and the one it can be switched back to."""
     rows = pointers(settings)
     described = {}
     for view in views:
-        row = rows.get(view, {})
-        described[view] = {"label": label(_serving(rows, view)),
-                           "since": row["switched_at"].isoformat() if row else None,
-                           "previous": label(row["previous_table"]) if row.get("previous_table") else None}
+        row = rows.get(view)
+        described[view] = Version(label(_serving(rows, view)), row.switched_at.isoformat() if row else None,
+                                  label(row.previous_table) if row and row.previous_table else None)
     return described
 
 
@@ -94,7 +117,7 @@ def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
         raise ValueError(f"label {new!r}: use 1 to 40 lowercase letters, digits, - and _ (not {INITIAL!r})")
     rows = pointers(settings)
     used = [v for v in views
-            if tables.batch(v, new).name in (_serving(rows, v), rows.get(v, {}).get("previous_table"))]
+            if tables.batch(v, new).name in (_serving(rows, v), rows[v].previous_table if v in rows else None)]
     if used:
         raise ValueError(f"label {new!r} is in use by {', '.join(used)} (serving or kept to switch back to); "
                          f"choose another")
@@ -113,12 +136,13 @@ def snapshot(settings: Settings, views: Iterable[str]) -> dict[str, tuple[str, i
     return {view: (_serving(rows, view), _version(settings.table(_serving(rows, view)))) for view in views}
 
 
-def _write(settings: Settings, rows: list[dict]) -> None:
-    """Upsert pointer rows, all in one commit."""
+def _write(settings: Settings, rows: list[Pointer]) -> None:
+    """Upsert pointers, all in one commit."""
     from infra.delta import upsert
 
     pointers_table = tables.SERVING_VERSIONS
-    upsert(pa.Table.from_pylist(rows, pointers_table.schema), pointers_table.path(settings), ("view",))
+    upsert(pa.Table.from_pylist([asdict(row) for row in rows], pointers_table.schema), pointers_table.path(settings),
+           ("view",))
 
 
 def switch(settings: Settings, tables: dict[str, str], at: datetime,
@@ -131,8 +155,7 @@ def switch(settings: Settings, tables: dict[str, str], at: datetime,
     if moved:
         raise Conflict(f"{', '.join(moved)}: the serving version was written or switched while this ran "
                        f"(another recompute or switch); nothing was switched, run again")
-    _write(settings, [{"view": view, "table": table, "switched_at": at,
-                       "previous_table": now[view][0] if now[view][1] is not None else None}
+    _write(settings, [Pointer(view, table, at, now[view][0] if now[view][1] is not None else None)
                       for view, table in tables.items()])
 
 
@@ -146,12 +169,7 @@ def require_serving(settings: Settings, view: str, path: str) -> None:
 
 def _changed_days(settings: Settings, view: str, since: datetime) -> list[date]:
     """The days of ``view`` the ledger records computed at or after ``since``."""
-    try:
-        ledger = DeltaTable(tables.SERVING_STATE.path(settings)).to_pyarrow_table(
-            columns=["view", "day", "computed_at"])
-    except TableNotFoundError:
-        return []
-    return sorted(r["day"] for r in ledger.to_pylist() if r["view"] == view and r["computed_at"] >= since)
+    return sorted(entry.day for entry in ledger.entries(settings) if entry.view == view and entry.computed_at >= since)
 
 
 def _carry(settings: Settings, view: str, source: str, target: str, days: list[date]) -> None:
@@ -167,25 +185,25 @@ def _carry(settings: Settings, view: str, source: str, target: str, days: list[d
                         predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
 
 
-def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, dict]:
+def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedBack]:
     """Serve each of ``views`` from its previous version again, all in one commit (and the version left
     becomes the previous one). The days the version being left made final or recomputed since it was
     switched to are first copied into the previous version, so it lacks no final day. Per view, the
     version now serving and the days carried over."""
     rows, views = pointers(settings), list(views)
-    missing = [v for v in views if not rows.get(v, {}).get("previous_table")
-               or not DeltaTable.is_deltatable(settings.table(rows[v]["previous_table"]))]
+    back = {v: previous for v in views if v in rows and (previous := rows[v].previous_table)}
+    missing = [v for v in views if v not in back or not DeltaTable.is_deltatable(settings.table(back[v]))]
     if missing:
         raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
                          f"no table before its switch, or past version_retention_days)")
     based_on = snapshot(settings, views)
     carried = {}
     for view in views:
-        carried[view] = _changed_days(settings, view, rows[view]["switched_at"])
+        carried[view] = _changed_days(settings, view, rows[view].switched_at)
         if carried[view]:
-            _carry(settings, view, rows[view]["table"], rows[view]["previous_table"], carried[view])
-    switch(settings, {v: rows[v]["previous_table"] for v in views}, datetime.now(timebase.UTC), based_on)
-    return {v: {"label": label(rows[v]["previous_table"]), "carried_days": timebase.spans(carried[v])} for v in views}
+            _carry(settings, view, rows[view].table, back[view], carried[view])
+    switch(settings, {v: back[v] for v in views}, datetime.now(timebase.UTC), based_on)
+    return {v: SwitchedBack(label(back[v]), timebase.spans(carried[v])) for v in views}
 
 
 def retire(settings: Settings) -> list[str]:
@@ -195,10 +213,10 @@ def retire(settings: Settings) -> list[str]:
     long. A serving version never goes. The names of the tables deleted."""
     now, kept = datetime.now(timebase.UTC), timedelta(days=settings.version_retention_days)
     rows = pointers(settings)
-    expired = [row for row in rows.values() if row["previous_table"] and now - row["switched_at"] >= kept]
+    expired = [row for row in rows.values() if row.previous_table and now - row.switched_at >= kept]
     if expired:
-        _write(settings, [{**row, "previous_table": None} for row in expired])
-    keep = {row["previous_table"] for row in rows.values() if row["previous_table"] and row not in expired}
+        _write(settings, [replace(row, previous_table=None) for row in expired])
+    keep = {row.previous_table for row in rows.values() if row.previous_table and row not in expired}
     gone = []
     for location in storage.folders(settings.table(tables.BATCH)):
         view, _, version = location.rpartition("/")[2].partition("@")

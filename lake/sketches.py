@@ -1,0 +1,32 @@
+"""Spark's HyperLogLog sketch functions in DuckDB, over the same sketch bytes: what the merge SQL
+(:mod:`lake.merge`) needs wherever DuckDB runs it (the serving engine, batch's correction report)."""
+
+from __future__ import annotations
+
+import duckdb
+from datasketches import hll_sketch, hll_union
+from duckdb.func import FunctionNullHandling
+
+from views import compile
+
+
+def _sketch_union(sketches: list[bytes | None]) -> bytes | None:
+    """The union of Spark's HyperLogLog sketches (``hll_sketch_agg``), as a sketch."""
+    union, found = hll_union(compile.SKETCH_LGK), False
+    for sketch in sketches or ():
+        if sketch is not None:
+            union.update(hll_sketch.deserialize(sketch))
+            found = True
+    return union.get_result().serialize_compact() if found else None
+
+
+def _sketch_estimate(sketch: bytes | None) -> int | None:
+    return None if sketch is None else round(hll_sketch.deserialize(sketch).get_estimate())
+
+
+def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
+    special = FunctionNullHandling.SPECIAL
+    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling=special)
+    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling=special)
+    con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
