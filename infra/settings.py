@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from views import DEFAULT_DOMAIN, domain
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -36,7 +38,7 @@ class Settings:
     airflow_database: str = "sqlite"
     airflow_database_port: int = 5433
     #: The bundled domain the deployment computes over (``domains.<domain>``: its source, dimensions, views).
-    domain: str = "clickstream"
+    domain: str = DEFAULT_DOMAIN
     #: Prefixed to the Kafka topics the domain declares (its events', its changelogs'), to tell the
     #: deployments that share a broker apart.
     topic_prefix: str = ""
@@ -129,8 +131,6 @@ class Settings:
     @property
     def topic(self) -> str:
         """The topic the domain's events come from."""
-        from views import domain
-
         return self.topic_of(domain(self.domain).source.topic)
 
     @property

@@ -51,8 +51,9 @@ def all_views(extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMA
     return dict(sorted(found.items()))
 
 
-def get(name: str, extra_modules: Iterable[str] = ()) -> View:
-    views = all_views(extra_modules)
+def get(name: str, extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMAIN) -> View:
+    """View ``name`` of domain ``domain_name`` or of ``extra_modules``."""
+    views = all_views(extra_modules, domain_name)
     if name not in views:
         raise KeyError(f"unknown view {name!r}; known views: {', '.join(views)}")
     return views[name]
