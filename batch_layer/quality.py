@@ -497,7 +497,7 @@ def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end
     records (cached if they are used again), best with :data:`FIRST_COPY` (:func:`with_first_copy`);
     without it, the check numbers the days' records itself."""
     start, end = timebase.utc(start), timebase.utc(end)
-    source = domain(settings.domain).source
+    source = settings.source
     day = events.where(F.col("event_date").between(start.date(), (end - timebase.DAY).date()))
     numbered = FIRST_COPY in events.columns
     if not numbered:

@@ -22,7 +22,7 @@ from batch_layer import corrections, quality
 from infra import delta
 from infra.settings import Settings
 from lake import ledger, versions
-from views import all_views, compile, domain, tables, timebase
+from views import compile, tables, timebase
 from views.model import View
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
     timebase.days_between(start, end)  # whole days, or nothing is read
     first, last = _days_read(views, start, end)
     records = read_table(spark, settings, tables.RAW_EVENTS.name).where(F.col("event_date").between(first, last))
-    return records.select(*domain(settings.domain).source.columns, "event_date", *compile.RECEIPT_ORDER)
+    return records.select(*settings.source.columns, "event_date", *compile.RECEIPT_ORDER)
 
 
 @contextmanager
@@ -155,7 +155,7 @@ def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end:
     each written once raw_events passed its check (:func:`checked_events`; the Data Docs updated once
     for all the checks); the summary per view."""
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     with checked_events(spark, settings, views.values(), start, end) as (events, unique, checked):
         return each_view(lambda view: recompute_view(spark, settings, view, start, end, events, unique, checked),
                          views.values())

@@ -26,7 +26,7 @@ from batch_layer.recompute import checked_events, each_view, write_days
 from infra import storage
 from infra.settings import Settings
 from lake import ledger, versions
-from views import all_views, tables, timebase
+from views import tables, timebase
 from views.model import View
 
 
@@ -69,7 +69,7 @@ def _day(value: date | str | None) -> date | None:
 def plan(settings: Settings, label: str, views: Iterable[str] | None = None, first: date | str | None = None,
          last: date | str | None = None, all_history: bool = False) -> Plan:
     """Check a reprocess's arguments (ISO days or dates); ValueError says what is wrong."""
-    known = all_views(settings.view_modules, settings.domain)
+    known = settings.views
     views = tuple(dict.fromkeys(views or known))
     unknown = [name for name in views if name not in known]
     if unknown or not views:
@@ -159,7 +159,7 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
 
 def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, dict]:
     """Run ``plan`` on ``spark`` (a session of the batch engine): build every view's new version, then switch."""
-    known = all_views(settings.view_modules, settings.domain)
+    known = settings.views
     based_on = versions.snapshot(settings, plan.views)
     built = build(spark, settings, [known[name] for name in plan.views], plan, based_on)
     return publish(settings, plan, built, based_on)

@@ -6,13 +6,13 @@ from datetime import date, datetime
 
 from infra.settings import Settings
 from lake import ledger
-from views import all_views, tables
+from views import tables
 
 
 def stale_days(settings: Settings) -> list[date]:
     """Days already in the batch ledger whose windows late events that arrived since they were computed
     can change (for a view whose windows reach across midnight, the neighbouring days too)."""
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     computed: dict[tuple[str, date], datetime] = {}
     for entry in ledger.entries(settings):
         key = (entry.view, entry.day)

@@ -29,13 +29,13 @@ from infra import processes
 from infra import spark as sparks
 from infra.settings import Settings, load
 from speed_layer.queries import ensure_tables
-from views import domain, tables
+from views import tables
 
 
 def as_raw_events(records: DataFrame, settings: Settings) -> DataFrame:
     """Kafka records (Spark's Kafka source's columns) as rows of ``settings``' raw_events, which must
     exist: its columns and their types are read from it."""
-    source = domain(settings.domain).source
+    source = settings.source
     schema = records.sparkSession.read.format("delta").load(tables.RAW_EVENTS.path(settings)).schema
     typed = {field.name: field.dataType for field in schema}
     is_time = {name: typed[source.column(name)] == T.TimestampType() for name in source.fields}

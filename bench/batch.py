@@ -66,7 +66,7 @@ from infra import spark as sparks
 from infra.settings import Settings
 from lake import versions
 from speed_layer.queries import ensure_tables
-from views import all_views, changelog
+from views import changelog
 from views.model import View
 from views.timebase import DAY, UTC, day_start, ranges
 
@@ -219,7 +219,7 @@ def _equal(ours: dict, theirs: dict) -> bool:
 
 def check(spark, settings: Settings, start: datetime, end: datetime) -> None:
     """Raise unless every view's rows from the baseline equal the batch layer's for ``[start, end)``."""
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     if set(views) != set(SQL):
         raise RuntimeError(f"the baseline has SQL for {sorted(SQL)}, the batch layer computes {sorted(views)}")
     within = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))

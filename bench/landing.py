@@ -12,7 +12,7 @@ from domains.producer import Record
 from infra.settings import Settings
 from speed_layer.fold import Fold
 from speed_layer.queries import speed_views
-from views import domain, events, tables
+from views import events, tables
 
 
 def kafka_records(spark, records: list[Record], path: Path, topic: str = "events"):
@@ -29,7 +29,7 @@ def kafka_records(spark, records: list[Record], path: Path, topic: str = "events
 
 def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
     """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
-    source = domain(settings.domain).source
+    source = settings.source
     parsed = events.parse(kafka_records(spark, records, path), source, settings.max_payload_bytes,
                           settings.future_horizon_seconds)
     events.landed(parsed, source).write.format("delta").mode("append").partitionBy(

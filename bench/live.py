@@ -39,7 +39,6 @@ from domains.clickstream import generator
 from infra import kafka, services
 from infra.settings import Settings
 from serving_layer import engine
-from views import domain
 
 PER_PRODUCER = 2_500
 #: Records a producer generates per second at least (the load starts once they may all be generated).
@@ -204,7 +203,7 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
 def marker_products(settings: Settings, markers: range) -> None:
     """Give each marker's product a category of its own, in the products changelog."""
     now = datetime.now(UTC)
-    [products] = [d for d in domain(settings.domain).dimensions if d.name == "products"]
+    [products] = [d for d in settings.dimensions if d.name == "products"]
     records = [producer.Record(now, f"marker-{m}".encode(), json.dumps(
         {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}).encode(),
         "product") for m in markers]

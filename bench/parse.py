@@ -23,7 +23,7 @@ from domains.clickstream import generator
 from infra import spark as sparks
 from infra.settings import Settings, load
 from speed_layer.queries import ensure_tables
-from views import domain, events
+from views import events
 
 WARM = 3
 OURS, BASELINE = "speed layer (`events.parse`)", "Spark's `from_json` (baseline)"
@@ -37,7 +37,7 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
         records = landing.kafka_records(spark, generator.generate(now - timedelta(hours=1), now, count),
                                         settings.home / "records.parquet").cache()
         records.count()
-        source = domain(settings.domain).source
+        source = settings.source
         parses = {
             OURS: lambda: events.parse(records, source, settings.max_payload_bytes,
                                                                   settings.future_horizon_seconds),

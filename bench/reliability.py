@@ -70,7 +70,7 @@ from infra import airflow, batch_engine, kafka, processes, services
 from infra import spark as sparks
 from infra.settings import Settings
 from serving_layer import engine
-from views import all_views, timebase
+from views import timebase
 
 #: Events per second a scenario's producer sends (in one chunk a second): 1,000,000 take 400 s.
 SEND_RATE = 2_500
@@ -263,7 +263,7 @@ def _differing(settings: Settings, records: list[Record]) -> dict[str, tuple[int
     from tests.compare import assert_measures, merged_rows
 
     expected, found = oracle.views(records), {}
-    for view in all_views(settings.view_modules, settings.domain).values():
+    for view in settings.views.values():
         want, got = expected[view.name], merged_rows(settings, view)
         wrong = len(want.keys() ^ got.keys())
         for key in want.keys() & got.keys():
@@ -367,7 +367,7 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     from tests.integration.records import land
 
     day = timebase.day_start(datetime.now(UTC).date() - 2 * timebase.DAY)
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     spark = sparks.session(settings, "lambdalake-bench-batch-kill")
     ensure_tables(spark, settings)
     batch_engine.start(settings)
@@ -463,7 +463,7 @@ def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, sa
         airflow.stop(settings)
         batch_engine.stop(settings)
     recorded = collections.Counter(engine.query(settings, "SELECT view, day FROM serving_state")[1])
-    every = {(name, (first + d * timebase.DAY).date()) for name in all_views(settings.view_modules, settings.domain)
+    every = {(name, (first + d * timebase.DAY).date()) for name in settings.views
              for d in range(days)}
     found = OrchestratorKill(days, events, killed_at, back, seconds, states, reruns, leftovers,
                              sum(n > 1 for n in recorded.values()), len(every - set(recorded)),

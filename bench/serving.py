@@ -61,7 +61,7 @@ from lake.merge import batch_relation
 from serving_layer import engine, sandbox, spark_sql
 from speed_layer.fold import Fold
 from speed_layer.queries import ensure_tables, speed_views
-from views import all_views, tables
+from views import tables
 
 DAYS = 30
 VIEW = "page_views_per_minute"
@@ -135,7 +135,7 @@ def build(spark, settings: Settings, count: int, say) -> Data:
     records = generator.generate(start, end, count, seed=1)
     say(f"serving: landing {len(records):,} events of {start:%Y-%m-%d} .. {end - timedelta(days=1):%Y-%m-%d} ...")
     landing.land(spark, settings, records, settings.home / "month")
-    for view in all_views(settings.view_modules, settings.domain).values():
+    for view in settings.views.values():
         say(f"serving: recomputing {view.name} ...")
         recompute_view(spark, settings, view, start, end)
     [(batch, speed)] = engine.query(settings, f"SELECT count_if(is_final), count_if(NOT is_final) FROM {VIEW}")[1]

@@ -28,10 +28,10 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from infra import dags
 from infra.settings import load
 from lake import versions
-from views import all_views, tables
+from views import tables
 
 settings = load()
-views = list(all_views(settings.view_modules, settings.domain))
+views = list(settings.views)
 
 with DAG(
     dag_id="reprocess",

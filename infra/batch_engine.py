@@ -103,13 +103,13 @@ def _rehearsal(settings: Settings) -> None:
     from batch_layer.recompute import recompute_day
     from domains import generator
     from speed_layer.queries import ensure_tables
-    from views import domain, events, tables
+    from views import events, tables
 
     scratch = settings.with_overrides(home=settings.run / "engine-warm-up", storage=None)
     shutil.rmtree(scratch.home, ignore_errors=True)
     end = REHEARSED_DAY + timedelta(days=1)
     records = generator(settings.domain).generate(REHEARSED_DAY, end, REHEARSED_EVENTS, seed=1)
-    source = domain(settings.domain).source
+    source = settings.source
     try:
         with sparks.engine(settings) as spark:
             ensure_tables(spark, scratch)

@@ -13,7 +13,7 @@ from airflow.sdk import Asset
 from infra import storage
 from infra.airflow import BATCH_RUNS_IN_FLIGHT, ENGINE_CONNECTION  # noqa: F401 (the DAGs' settings)
 from infra.settings import Settings
-from views import all_views, tables
+from views import tables
 
 #: The team that answers for the DAGs (Airflow's owner column).
 OWNER = "data-platform"
@@ -58,7 +58,7 @@ def table(settings: Settings, table: tables.Table) -> Asset:
 def batch_tables(settings: Settings) -> list[Asset]:
     """What a batch recompute writes: each view's batch table (one Asset for all its versions, named by
     the first), the ledger, quality results and corrections."""
-    batch = [tables.batch(name) for name in all_views(settings.view_modules, settings.domain)]
+    batch = [tables.batch(name) for name in settings.views]
     return [table(settings, t) for t in (*batch, tables.SERVING_STATE, tables.QUALITY_RESULTS, tables.CORRECTIONS)]
 
 

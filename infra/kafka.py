@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from infra import processes
 from infra.settings import JAR_CACHE, Settings
-from views import domain
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
@@ -210,7 +209,7 @@ def ensure_topics(settings: Settings) -> None:
         wanted = [
             NewTopic(settings.topic, settings.topic_partitions, factor),
             *(NewTopic(settings.topic_of(d.topic), 1, factor, topic_configs={"cleanup.policy": "compact"})
-              for d in domain(settings.domain).dimensions),
+              for d in settings.dimensions),
         ]
         missing = [t for t in wanted if t.name not in existing]
         if missing:

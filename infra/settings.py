@@ -3,6 +3,10 @@
 ``LAMBDALAKE_HOME`` names the folder that holds a deployment's data, checkpoints, logs and process
 files (default: ``.lambdalake`` inside the checkout). An optional ``settings.json`` in that folder
 overrides any field below, so a test deployment can use other ports beside a running demo.
+
+A :class:`Settings` is also what the settings resolve to: the deployment's source, dimensions and views
+(:attr:`Settings.views`, resolved once). It is built once where a process starts (:func:`load`) and
+passed down; no layer looks its views or domain up itself.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from views import DEFAULT_DOMAIN, domain
+from views import DEFAULT_DOMAIN, all_views, domain
+from views.model import View
+from views.source import Changelog, Source
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,10 +135,25 @@ class Settings:
         """The deployment's name of the topic a domain declares as ``declared``."""
         return self.topic_prefix + declared
 
+    @cached_property
+    def views(self) -> dict[str, View]:
+        """The deployment's views by name: its domain's and those of ``view_modules``."""
+        return all_views(self.view_modules, self.domain)
+
+    @property
+    def source(self) -> Source:
+        """The events the deployment's domain computes over."""
+        return domain(self.domain).source
+
+    @property
+    def dimensions(self) -> tuple[Changelog, ...]:
+        """The deployment's domain's dimensions."""
+        return domain(self.domain).dimensions
+
     @property
     def topic(self) -> str:
         """The topic the domain's events come from."""
-        return self.topic_of(domain(self.domain).source.topic)
+        return self.topic_of(self.source.topic)
 
     @property
     def kafka_ports(self) -> list[tuple[int, int]]:

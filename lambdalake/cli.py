@@ -128,9 +128,8 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
 
 def _dimensions(settings, name: str | None, from_file: bool) -> list:
     """The dimensions whose changelog ``produce --changelog [name]`` sends."""
-    from views import domain
 
-    declared = {d.name: d for d in domain(settings.domain).dimensions}
+    declared = {d.name: d for d in settings.dimensions}
     if name is None:
         return []
     if name and name not in declared:
@@ -206,12 +205,11 @@ def _version(version: dict) -> str:
 def _reprocess(settings, parser: Parser, args) -> None:
     from batch_layer import reprocess
     from lake import versions
-    from views import all_views
 
     if args.switch_back:
         if args.first or args.last or args.all_history:
             parser.error("--switch-back takes only --views")
-        chosen = args.views or all_views(settings.view_modules, settings.domain)
+        chosen = args.views or settings.views
         for view, done in versions.switch_back(settings, chosen).items():
             print(f"{view}: serving {done.label} again; days carried over from the version left: "
                   f"{done.carried_days}")
@@ -230,13 +228,13 @@ def _status(settings, as_json: bool) -> None:
     from infra import services
     from lake import versions
     from serving_layer.catalog import corrections, quality, rows
-    from views import all_views, tables
+    from views import tables
 
     report = services.status(settings)
     report["quality"] = quality(settings)
     report["corrections"] = corrections(settings)
     report["versions"] = {view: asdict(version) for view, version in
-                          versions.describe(settings, all_views(settings.view_modules, settings.domain)).items()}
+                          versions.describe(settings, settings.views).items()}
     report["late_events"] = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, "
                                  "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "

@@ -22,7 +22,7 @@ from infra import airflow, credentials, kafka, services
 from infra import settings as config
 from infra.settings import REPO, Settings
 from serving_layer import engine
-from views import DEFAULT_DOMAIN, all_views, domain, tables, timebase
+from views import DEFAULT_DOMAIN, domain, tables, timebase
 
 DAG = "batch_recompute"
 PER_DAY = 3000
@@ -57,7 +57,7 @@ def report(settings: Settings) -> str:
         columns, rows = engine.query(settings, sql)
         lines.append(tabulate(rows, headers=columns))
 
-    days, views = engine.finality(settings), all_views(settings.view_modules, settings.domain)
+    days, views = engine.finality(settings), settings.views
     lines.append("\n== every view: rows per source (batch: its final days; speed: provisional) ==")
     table(" UNION ALL ".join(
         f"SELECT '{name}' AS view, '{timebase.spans(days[name]['final'])}' AS final_days, "
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     first = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
     now = datetime.now(timebase.UTC)
     changelogs = generated.changelogs(first, now, seed=int(now.timestamp()))
-    for dimension in domain(settings.domain).dimensions:
+    for dimension in settings.dimensions:
         sent = producer.send_changelog(settings, changelogs[dimension.name], settings.topic_of(dimension.topic))
         say(f"producing the {dimension.name} changelog: {sent} changes")
     history = generated.generate(first, now, PER_DAY * max(1, (now - first).days), seed=int(now.timestamp()))

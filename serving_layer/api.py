@@ -32,7 +32,6 @@ from infra.settings import Settings
 from serving_layer import catalog, client, engine
 from serving_layer.access import token
 from serving_layer.sandbox import QueryError
-from views import all_views
 
 DASHBOARD = Path(__file__).parent / "dashboard"
 #: Query parameters of ``GET /views/{name}`` that are not key filters.
@@ -100,7 +99,7 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
              summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)")
     def view_rows(request: Request, name: str, start: datetime | None = None, end: datetime | None = None,
                   limit: int = Query(1000, ge=1, le=settings.query_max_rows), offset: int = Query(0, ge=0)) -> Page:
-        view = all_views(settings.view_modules, settings.domain).get(name)
+        view = settings.views.get(name)
         if view is None:
             raise HTTPException(404, f"no view named {name}")
         filters = {k: v for k, v in request.query_params.items() if k not in PAGING}

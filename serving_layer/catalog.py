@@ -18,7 +18,7 @@ from infra.settings import Settings
 from lake import versions
 from serving_layer import engine
 from serving_layer.sandbox import QueryError
-from views import all_views, tables
+from views import tables
 from views.compile import state_columns
 from views.timebase import UTC, spans
 
@@ -27,7 +27,7 @@ def views(settings: Settings) -> list[dict]:
     """Every declared view: window, keys, measures, tables, the version of its batch table serving it,
     and its final and provisional days."""
     days = engine.finality(settings)
-    declared = all_views(settings.view_modules, settings.domain)
+    declared = settings.views
     batch, serving = versions.serving(settings, declared), versions.describe(settings, declared)
     return [{
         "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),

@@ -42,13 +42,13 @@ from lake import ledger, versions
 from lake.merge import batch_relation, merged_views
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
-from views import all_views, domain, tables
+from views import tables
 
 
 def base_tables(settings: Settings) -> tuple[str, ...]:
     """The deployment's tables besides the views, in the order they are read: the domain's dimensions and
     their changes, then the platform's (:data:`views.tables.PLATFORM`)."""
-    dimensions = (table for declared in domain(settings.domain).dimensions
+    dimensions = (table for declared in settings.dimensions
                   for table in (tables.changes(declared), tables.dimension(declared)))
     return tuple(table.name for table in (*dimensions, *tables.PLATFORM))
 
@@ -69,7 +69,7 @@ def _speed_days(settings: Settings) -> dict[str, set[date]]:
     """Per view, the UTC days of the hours it has speed partials for (none if there is no table)."""
     partials = tables.SPEED_PARTIALS.rows(settings, ["view", "window_hour"])
     found = {}
-    for name in all_views(settings.view_modules, settings.domain):
+    for name in settings.views:
         hours = [] if partials is None else partials.filter(pc.equal(partials["view"], name))["window_hour"].to_pylist()
         found[name] = {hour.date() for hour in hours}
     return found
@@ -188,7 +188,7 @@ class Engine:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._views = all_views(settings.view_modules, settings.domain)
+        self._views = settings.views
         #: The tables by relation name; the batch tables last, since the version pointers name them.
         self._tables = {name: _Table(settings.table(name)) for name in base_tables(settings)}
         self._tables.update({batch_relation(name): _Table(path)

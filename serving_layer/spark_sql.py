@@ -14,7 +14,7 @@ from infra.settings import Settings
 from lake import versions
 from lake.merge import batch_relation, merged_views
 from serving_layer.engine import base_tables
-from views import all_views, tables
+from views import tables
 
 #: How Spark reads the merge SQL as DuckDB does: double-quoted names are identifiers.
 DIALECT = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
@@ -32,7 +32,7 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
     """A session beside ``spark`` in which every merged view of ``settings``' deployment, and every
     table the DuckDB engine shows, can be queried by name."""
     sql = _beside(spark)
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     relations = {}
 
     def register(name: str, path: str) -> None:

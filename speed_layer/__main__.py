@@ -11,7 +11,6 @@ import time
 from infra import settings as config
 from infra import spark as sparks
 from speed_layer import health, queries, resume
-from views import domain
 
 
 def main() -> int:
@@ -26,7 +25,7 @@ def main() -> int:
     spark = sparks.session(settings, "lambdalake-speed")
     queries.ensure_tables(spark, settings)
     landing, fold = queries.start_events(spark, settings, start)
-    others = [queries.start_dimension(spark, settings, d) for d in domain(settings.domain).dimensions]
+    others = [queries.start_dimension(spark, settings, d) for d in settings.dimensions]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     error, monitor = None, health.Monitor(settings, landing, fold, others, start[1])

@@ -31,7 +31,7 @@ from pyspark.sql import types as T
 from infra import delta
 from infra.settings import Settings
 from speed_layer import state
-from views import all_views, compile, tables, timebase
+from views import compile, tables, timebase
 from views.model import View
 
 HOUR = timedelta(hours=1)
@@ -91,7 +91,7 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     if newest is None:
         return {}
     watermark = newest - state.duration(settings.watermark)
-    closed = {view: hours for view in all_views(settings.view_modules, settings.domain).values()
+    closed = {view: hours for view in settings.views.values()
               if (hours := [h for h in crowded.get(view.name, ()) if h <= last_closed_hour(view, watermark)])}
     if not closed:
         return {}

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from infra import delta
 from infra.settings import Settings
 from speed_layer import late_events, state
-from views import compile, domain, events, tables
+from views import compile, events, tables
 from views.model import FollowedBy, Session, View
 
 #: A micro-batch of up to this many bytes (its dead letters alone, likewise) is collected and written
@@ -57,7 +57,7 @@ class Fold:
         # a micro-batch's cache lives for that micro-batch only: uncompressed, it costs the parse a fifth
         # less (warm 200k micro-batches: 3.0 -> 2.5 s)
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        self.source = domain(settings.domain).source
+        self.source = settings.source
         raw_events = spark.read.format("delta").load(tables.RAW_EVENTS.path(settings))
         self.state = state.restore(spark, raw_events, self.source.columns, views, state.duration(settings.watermark))
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.

@@ -13,7 +13,7 @@ from infra import delta
 from infra.settings import Settings
 from speed_layer import resume
 from speed_layer.fold import Fold
-from views import all_views, changelog, domain, events, tables
+from views import changelog, events, tables
 from views.model import View
 from views.source import Changelog
 
@@ -39,14 +39,14 @@ def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: fl
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create the landed tables and the dimensions (empty) so that readers never find them missing."""
-    empty, declared = spark.createDataFrame([], events.KAFKA_RECORD), domain(settings.domain)
+    empty = spark.createDataFrame([], events.KAFKA_RECORD)
     retention = delta.retention_properties(settings)  # set now: a later change would race the stream's commits
-    parsed = events.parse(empty, declared.source, settings.max_payload_bytes, settings.future_horizon_seconds)
-    for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, declared.source).schema),
+    parsed = events.parse(empty, settings.source, settings.max_payload_bytes, settings.future_horizon_seconds)
+    for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, settings.source).schema),
                           (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
                           (tables.LATE_EVENTS, tables.LATE_EVENTS.schema)):
         delta.ensure(table.path(settings), schema, table.partition_by, {**dict(table.properties), **retention})
-    for dimension in declared.dimensions:
+    for dimension in settings.dimensions:
         changes = changelog.changes(changelog.parse(empty, dimension), dimension)
         delta.ensure(tables.changes(dimension).path(settings), changes.schema, properties=retention)
         delta.ensure(tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema,
@@ -55,7 +55,7 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 
 def speed_views(settings: Settings) -> list[View]:
     """The views the speed layer keeps (setting ``speed_views``; all by default)."""
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     chosen = views if settings.speed_views is None else settings.speed_views
     unknown = sorted(set(chosen) - set(views))
     if unknown:

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from serving_layer import engine
-from views import all_views, timebase
+from views import timebase
 from views.timebase import DAY
 
 #: 4 sigma of a lgk-12 HyperLogLog's relative standard error (1.04 / sqrt(4096)): the tests compare
@@ -66,7 +66,7 @@ def same_days(got: dict, want: dict) -> bool:
 def assert_final_and_exact(settings, expected: dict, start, end) -> None:
     """Every view's merged rows in ``[start, end)`` are final batch rows equal to ``expected`` (the
     oracle's rows of every view)."""
-    for name, view in all_views(settings.view_modules, settings.domain).items():
+    for name, view in settings.views.items():
         merged = {k: r for k, r in merged_rows(settings, view).items() if start <= k[0] < end}
         assert set(merged) == {k for k in expected[name] if start <= k[0] < end}, name
         for key, row in merged.items():

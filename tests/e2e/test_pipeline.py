@@ -22,7 +22,7 @@ from tests import browser, oracle
 from tests.compare import assert_final_and_exact, merged_rows, within_sketch_error
 from tests.conftest import HISTORY_DAYS
 from tests.extra_view import VIEW as EXTRA
-from views import all_views, timebase
+from views import timebase
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ EXTRA_VIEW = EXTRA.name
 
 
 def _merged(settings, name: str = "page_views_per_minute") -> dict:
-    return merged_rows(settings, all_views(settings.view_modules, settings.domain)[name])
+    return merged_rows(settings, settings.views[name])
 
 
 def _count(settings, table: str) -> int:

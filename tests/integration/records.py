@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from domains.producer import Record
-from views import domain, events
+from views import events
 
 
 def land(spark, settings, records: list[Record]) -> None:
     """Parse ``records`` as the speed layer does and append the valid ones to raw_events."""
-    source = domain(settings.domain).source
+    source = settings.source
     parsed = events.parse(events.kafka_frame(spark, records), source, settings.max_payload_bytes, 10**9)
     (events.landed(parsed, source).write.format("delta").mode("append").partitionBy("event_date")
      .save(settings.table("raw_events")))

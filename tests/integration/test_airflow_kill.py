@@ -24,7 +24,7 @@ from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.compare import assert_final_and_exact
 from tests.integration.records import land
-from views import all_views, tables
+from views import tables
 from views.timebase import DAY, day_start
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_c
     records = generate(start, end, 1000 * len(DAYS), seed=31, mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
     ensure_tables(spark, settings)
     land(spark, settings, records)
-    every = set(product(all_views(settings.view_modules, settings.domain), DAYS))
+    every = set(product(settings.views, DAYS))
 
     client.create_backfill(DAG, start, day_start(DAYS[-1]))
     client.unpause(DAG)

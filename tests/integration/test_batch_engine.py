@@ -28,7 +28,7 @@ from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.compare import day_measures, merged_rows, same_days
 from tests.integration.records import land
-from views import all_views, timebase
+from views import timebase
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def test_a_task_without_the_engine_fails_in_one_line_naming_up(tables):
 
 
 def test_engine_killed_mid_recompute_fails_the_task_in_one_line_and_the_rerun_converges(spark, batch_engine, tables):
-    views = all_views(tables.view_modules, tables.domain)
+    views = tables.views
     first, more = _records(21, 3000), _records(22, 3000)
     ensure_tables(spark, tables)
     land(spark, tables, first)

@@ -43,7 +43,7 @@ def served(spark, deployment, tmp_path_factory):
     settings = _home(tmp_path_factory, deployment, "served", serve_port=free_port())
     records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
                                  mix=Mix(late=0, duplicate=0.05, malformed=0.05))
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     queries.ensure_tables(spark, settings)
     Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
     for view in views.values():
@@ -69,7 +69,7 @@ def _key(view, row: dict) -> tuple:
 
 def test_views_lists_every_view_with_its_final_and_provisional_days(served):
     listing = {v["name"]: v for v in _get(served, "/views").json()}
-    assert set(listing) == set(all_views(served.view_modules, served.domain))
+    assert set(listing) == set(served.views)
     first, second = DAY.date(), (DAY + timedelta(days=1)).date()
     for view in listing.values():
         assert view["final_days"] == str(first), view["name"]

@@ -54,7 +54,7 @@ def _batches(spark, records):
 
 def _speed(settings):
     return {name: merged_rows(settings, view)
-            for name, view in all_views(settings.view_modules, settings.domain).items()}
+            for name, view in settings.views.items()}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def folded(spark, deployment, tmp_path_factory, records):
     """A deployment whose speed layer folded every record without a restart."""
     settings = _home(tmp_path_factory, deployment, "fold-once")
     queries.ensure_tables(spark, settings)
-    fold = Fold(spark, settings, list(all_views(settings.view_modules, settings.domain).values()), "fold")
+    fold = Fold(spark, settings, list(settings.views.values()), "fold")
     for batch_id, batch in enumerate(_batches(spark, records)):
         fold(batch, batch_id)
     return settings
@@ -77,7 +77,7 @@ def _restarted(spark, settings, records, before_restart: int, crash=None):
     """Fold the first ``before_restart`` micro-batches, ``crash`` the table state, then go on with a
     fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``. Both folds commit
     through Spark's Delta writer, where the uninterrupted fold's small micro-batches go through delta-rs."""
-    views = list(all_views(settings.view_modules, settings.domain).values())
+    views = list(settings.views.values())
     queries.ensure_tables(spark, settings)
     batches = _batches(spark, records)
     fold = Fold(spark, settings, views, "fold", driver_bytes=0)

@@ -40,7 +40,7 @@ from speed_layer.fold import Fold
 from tests import ads_oracle, oracle
 from tests.compare import assert_measures, keyed, merged_rows
 from tests.conftest import EXTRA_VIEWS
-from views import all_views, changelog, domain, events, timebase
+from views import all_views, changelog, events, timebase
 from views.events import kafka_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -105,7 +105,7 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark, latest
     """Fold the records into the speed layer in micro-batches (the dimension landed up to each one's
     first send time), as its streaming query does; return the speed rows the serving layer merges from
     its partials, the oracle input the speed layer could see and each event's dimension value."""
-    [dimension] = domain(settings.domain).dimensions
+    [dimension] = settings.dimensions
     spark_rows = kafka_rows(records)
     changes_rows = kafka_rows(changes, topic=settings.topic_of(dimension.topic), partitions=1)
     queries.ensure_tables(spark, settings)
@@ -164,7 +164,7 @@ def _build(spark, deployment, home, storage: str | None, case: Case, seed: int) 
                      "domain": case.domain, "view_modules": list(case.view_modules), "storage": storage}
     (home / "settings.json").write_text(json.dumps(settings_json))
     settings = load(home)
-    views = all_views(settings.view_modules, settings.domain)
+    views = settings.views
     start = timebase.day_start(datetime(2026, 3, 1).date() + timedelta(days=rng.randrange(200)))
     end = start + timedelta(days=2)
     records = case.generator.generate(start, end, 1600, seed=seed, mix=Mix(late=0.04, duplicate=0.05, malformed=0.03))
