@@ -21,6 +21,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+class Usage(Exception):
+    """A wrong combination of arguments, told as argparse tells a wrong argument (exit 2)."""
+
+
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
@@ -47,11 +51,14 @@ def _names(text: str) -> list[str]:
 def _parser() -> Parser:
     parser = Parser(prog="lambdalake", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    sub.add_parser("up", help="start Kafka, the speed layer, Airflow and the HTTP API with its dashboard")
+    sub.add_parser("up", help="start Kafka, the speed layer, Airflow and the HTTP API with its dashboard").set_defaults(
+        run=_up)
     down = sub.add_parser("down", help="stop everything")
     down.add_argument("--purge", action="store_true", help="also delete all data, checkpoints and logs")
+    down.set_defaults(run=_down)
     status = sub.add_parser("status", help="what runs where, and whether it is healthy")
     status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_status)
     produce = sub.add_parser("produce", help="send events to Kafka, from a file or the generator")
     produce.add_argument("--from-file", type=Path, metavar="F",
                          help="a JSONL file, one event per line (with --changelog: one change per line)")
@@ -65,19 +72,24 @@ def _parser() -> Parser:
                               "(creations, changes, deletions; every dimension's if unnamed) over the span of "
                               "--days/--rate, beside those events")
     produce.add_argument("--seed", type=int, default=7)
+    produce.set_defaults(run=_produce)
     speed = sub.add_parser("speed", help="control the speed layer's process")
     speed.add_argument("action", choices=("start", "stop", "restart", "status", "compact"))
     speed.add_argument("--resume-from-tables", action="store_true",
                        help="if the landing checkpoint is lost, go on after the offsets already landed")
+    speed.set_defaults(run=_speed)
     serve = sub.add_parser("serve", help="serve the HTTP API and dashboard (`lambdalake up` starts it too)")
     serve.add_argument("--host", help="address to bind (default: setting serve_host, 127.0.0.1); any "
                                       "other than loopback requires a token")
     serve.add_argument("--port", type=_positive(int), help="port (default: setting serve_port, 8000)")
+    serve.set_defaults(run=_serve)
     query = sub.add_parser("query", help="run SQL against the merged views")
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.set_defaults(run=_query)
     views = sub.add_parser("views", help="list the declared views")
     views.add_argument("--json", action="store_true")
+    views.set_defaults(run=_views)
     dead = sub.add_parser("deadletters", help="summarise dead letters by reason; `replay` sends them back")
     dead.add_argument("action", nargs="?", choices=("replay",),
                       help="send corrected records (--from-file) or unchanged payloads (--reason) to the events topic")
@@ -87,6 +99,7 @@ def _parser() -> Parser:
     dead.add_argument("--reason", metavar="TEXT", help="only dead letters whose reason contains TEXT (any case)")
     dead.add_argument("--from-file", type=Path, metavar="F",
                       help='replay: JSONL, one {"partition": p, "offset": o, "value": corrected event} per line')
+    dead.set_defaults(run=_deadletters)
     reprocess = sub.add_parser("reprocess", help="rebuild views with the code deployed now into a new version "
                                                  "and switch serving to it at once; or switch back")
     action = reprocess.add_mutually_exclusive_group(required=True)
@@ -97,10 +110,16 @@ def _parser() -> Parser:
     reprocess.add_argument("--to", dest="last", type=_day, metavar="D", help="last day to recompute")
     reprocess.add_argument("--all", dest="all_history", action="store_true",
                            help="recompute every ended day of raw_events")
+    reprocess.set_defaults(run=_reprocess)
     return parser
 
 
-def _query(settings, sql: str):
+def _query(settings, args) -> None:
+    answer = _answer(settings, args.sql)
+    _print_rows(answer.columns, answer.rows, args.format)
+
+
+def _answer(settings, sql: str):
     """``sql`` answered by the running HTTP API (milliseconds), else by an engine of this process's own."""
     from serving_layer import client
 
@@ -181,11 +200,11 @@ def _produce(settings, args) -> None:
         print(f"live ({args.rate:g}/s for {args.duration:g}s): sent {sent}: {counts(records)}")
 
 
-def _views(settings, as_json: bool) -> None:
+def _views(settings, args) -> None:
     from serving_layer import catalog
 
     listing = catalog.views(settings)
-    if as_json:
+    if args.json:
         print(json.dumps(listing, indent=1))
         return
     for v in listing:
@@ -202,13 +221,13 @@ def _version(version: dict) -> str:
     return f"batch version {version['label']}{since}{previous}"
 
 
-def _reprocess(settings, parser: Parser, args) -> None:
+def _reprocess(settings, args) -> None:
     from batch_layer import reprocess
     from lake import versions
 
     if args.switch_back:
         if args.first or args.last or args.all_history:
-            parser.error("--switch-back takes only --views")
+            raise Usage("--switch-back takes only --views")
         chosen = args.views or settings.views
         for view, done in versions.switch_back(settings, chosen).items():
             print(f"{view}: serving {done.label} again; days carried over from the version left: "
@@ -224,7 +243,7 @@ def _reprocess(settings, parser: Parser, args) -> None:
               f"{built['days']}; newly final {built['newly_final']}")
 
 
-def _status(settings, as_json: bool) -> None:
+def _status(settings, args) -> None:
     from infra import services
     from lake import versions
     from serving_layer.catalog import corrections, quality, rows
@@ -239,70 +258,82 @@ def _status(settings, as_json: bool) -> None:
                                  "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
     report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "
                                   "dead_letters GROUP BY reason ORDER BY records DESC")
-    if as_json:
+    if args.json:
         print(json.dumps(report, indent=1, default=str))
         return
+    from tabulate import tabulate
+
+    def table(title: str, rows: list[list], headers: list[str]) -> None:
+        print(f"\n{title}")
+        print(tabulate(rows, headers=headers, tablefmt="simple", intfmt=",", floatfmt=",.6g") if rows else "(none)")
+
     print(f"home: {report['home']}")
-    kafka = report["kafka"]
-    print(f"kafka        {'healthy' if kafka['healthy'] else 'DOWN':8} {kafka['address']}")
-    for broker in kafka["brokers"]:
-        print(f"  broker {broker['node']}   {'healthy' if broker['healthy'] else 'DOWN':8} {broker['address']}  "
-              f"pid {broker['pid']}")
-    speed, health = report["speed_layer"], report["speed_layer"]["health"] or {}
-    print(f"speed layer  {'healthy' if speed['healthy'] else 'DOWN':8} pid {speed['pid']}  lag {health.get('lag')}"
-          f"  watermark {health.get('watermark')}  {speed['problem'] or ''}")
-    for name, query in (health.get("queries") or {}).items():
-        print(f"  query {name}: batch {query['batch_id']}, last progress {query['last_progress']}, "
-              f"{query['processed_rows_per_second'] or 0:,.0f} records/s")
+    table("services", _services(settings, report), ["service", "state", "pid", "where", "detail"])
+    health = report["speed_layer"]["health"] or {}
+    table("speed layer queries", [[name, q["batch_id"], q["last_progress"], round(q["processed_rows_per_second"] or 0)]
+                                  for name, q in (health.get("queries") or {}).items()],
+          ["query", "micro-batch", "last progress", "records/s"])
     if health.get("steps"):
-        print("  last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health["steps"].items()))
-    for name, part in report["airflow"].items():
-        print(f"{name:12} {'healthy' if part.get('healthy') else 'DOWN':8} pid {part.get('pid')}  "
-              f"{part.get('url') or ''}")
-    print(f"  Airflow login: {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}")
-    engine = report["batch_engine"]
-    print(f"batch engine {'healthy' if engine['healthy'] else 'DOWN':8} pid {engine['pid']}  {engine['url']}  "
-          f"resident {engine['rss_mb']} MB")
-    api = report["serving_api"]
-    print(f"serving API  {'healthy' if api['healthy'] else 'DOWN':8} pid {api['pid']}  {api['url']}")
+        print("last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health["steps"].items()))
+    late = report["late_events"]
+    table(f"late events, behind the speed watermark (the batch layer recomputes their days): "
+          f"{sum(r['events'] for r in late)}", [[r["view"], r["day"], r["events"], r["last"]] for r in late],
+          ["view", "day", "events", "last"])
+    dead = report["dead_letters"]
+    table(f"dead letters: {sum(r['records'] for r in dead)}", [[r["records"], r["reason"]] for r in dead],
+          ["records", "reason"])
+    table(f"data quality (Great Expectations; Data Docs: {report['quality']['data_docs']})",
+          [[suite, f"{c['first_day']}..{c['last_day']}", c["failed"], c["warnings"], c["checked_at"]]
+           for suite, c in report["quality"]["suites"].items()],
+          ["suite", "days", "failed", "warnings", "checked at"])
+    table("batch versions serving the views", [[view, v["label"], v["since"] or "-", v["previous"] or "-"]
+                                               for view, v in report["versions"].items()],
+          ["view", "version", "since", "can switch back to"])
+    table("corrections (how far provisional speed rows were off when batch made their days final)",
+          [[f"{r['view']}.{r['measure']}", _share(r["mean_relative_difference"]), r["reports"],
+            f"{r['last']['first_day']}..{r['last']['last_day']}", r["last"]["added"], r["last"]["removed"],
+            r["last"]["changed"], r["last"]["difference"], _share(r["last"]["relative_difference"])]
+           for r in report["corrections"]],
+          ["measure", "mean off", "reports", "last days", "added", "removed", "changed", "off by", "share"])
+
+
+def _services(settings, report: dict) -> list[list]:
+    """One row per service of ``report`` (services.status): its name, state, pid, address and details."""
+    def state(part: dict) -> str:
+        return "healthy" if part.get("healthy") else "DOWN"
+
+    kafka, speed, engine, api = report["kafka"], report["speed_layer"], report["batch_engine"], report["serving_api"]
+    health = speed["health"] or {}
+    rows = [["kafka", state(kafka), "", kafka["address"], ""]]
+    rows += [[f"kafka broker {b['node']}", state(b), b["pid"], b["address"], ""] for b in kafka["brokers"]]
+    progress = f"lag {health['lag']}, watermark {health['watermark']}" if health else ""
+    rows.append(["speed layer", state(speed), speed["pid"], "", "; ".join(filter(None, (progress, speed["problem"])))])
+    login = f"login {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}"
+    rows += [[name, state(part), part.get("pid"), part.get("url") or "", login if part.get("url") else ""]
+             for name, part in report["airflow"].items()]
+    resident = f"resident {engine['rss_mb']} MB" if engine["rss_mb"] else ""
+    rows.append(["batch engine", state(engine), engine["pid"], engine["url"], resident])
+    rows.append(["serving API", state(api), api["pid"], api["url"], ""])
     spark = report["spark"]
-    print(f"spark        {spark['master']}"
-          + (f"  {spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""))
-    print(f"late events (behind the speed watermark; the batch layer recomputes their days): "
-          f"{sum(r['events'] for r in report['late_events'])}")
-    for row in report["late_events"]:
-        print(f"  {row['view']} {row['day']}: {row['events']} (last {row['last']})")
-    print(f"dead letters: {sum(r['records'] for r in report['dead_letters'])}")
-    for row in report["dead_letters"]:
-        print(f"  {row['records']:6}  {row['reason']}")
-    print(f"data quality (Great Expectations; Data Docs: {report['quality']['data_docs']}):")
-    for suite, check in report["quality"]["suites"].items():
-        print(f"  {suite} {check['first_day']}..{check['last_day']}: {check['failed']} failed, "
-              f"{check['warnings']} warnings (checked {check['checked_at']})")
-    print("batch versions serving the views:")
-    for view, version in report["versions"].items():
-        print(f"  {view}: {_version(version)}")
-    print("corrections (how far provisional speed rows were off when batch made their days final):")
-    for row in report["corrections"]:
-        last = row["last"]
-        print(f"  {row['view']}.{row['measure']}: mean {_share(row['mean_relative_difference'])} off over "
-              f"{row['reports']} reports; last {last['first_day']}..{last['last_day']}: {last['added']} windows "
-              f"added, {last['removed']} removed, {last['changed']} changed, off by {last['difference']:,.6g} "
-              f"({_share(last['relative_difference'])})")
+    workers = f"{spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""
+    rows.append(["spark", "", "", spark["master"], workers])
+    return rows
 
 
 def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2%}"
 
 
-def _speed(settings, action: str, resume_from_tables: bool) -> None:
+def _speed(settings, args) -> None:
     from infra import services
+
+    action = args.action
 
     if action in ("stop", "restart"):
         stopped = services.stop_speed(settings, hold=action == "stop")
         print("speed layer stopped" if stopped else "speed layer was not running")
     if action in ("start", "restart"):
-        services.start_speed(settings, resume_from_tables=resume_from_tables)
+        services.start_speed(settings, resume_from_tables=args.resume_from_tables)
         print("speed layer running")
     if action == "status":
         print(json.dumps(services.speed_health(settings), indent=1) if services.speed_health(settings)
@@ -316,44 +347,43 @@ def _speed(settings, action: str, resume_from_tables: bool) -> None:
         print("; ".join(f"{view}: {hours} hours folded" for view, hours in folded.items()) or "nothing to fold")
 
 
+def _up(settings, args) -> None:
+    from infra import services
+
+    settings = services.up(settings)
+    print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user}, password in "
+          f"{credentials.airflow_password_location(settings)}); dashboard and API: {settings.serve_url}; "
+          f"stop with `lambdalake down`")
+
+
+def _down(settings, args) -> None:
+    from infra import services
+
+    stopped = services.down(settings, args.purge)
+    print(f"stopped: {', '.join(stopped) or 'nothing was running'}" + ("; data purged" if args.purge else ""))
+
+
+def _serve(settings, args) -> None:
+    from serving_layer import api
+
+    api.serve(settings, args.host or settings.serve_host, args.port or settings.serve_port)
+
+
+def _deadletters(settings, args) -> None:
+    from lambdalake import deadletters
+
+    print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit, from_file=args.from_file,
+                              as_json=args.json))
+
+
 def run(argv: list[str]) -> None:
+    """Run the command ``argv`` names (each subcommand's handler is its parser's ``run`` default)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    settings = config.load()
-    if args.command == "up":
-        from infra import services
-
-        settings = services.up(settings)
-        print(f"up. Airflow UI: {settings.airflow_url} (login {settings.airflow_user}, password in "
-              f"{credentials.airflow_password_location(settings)}); dashboard and API: {settings.serve_url}; "
-              f"stop with `lambdalake down`")
-    elif args.command == "down":
-        from infra import services
-
-        stopped = services.down(settings, args.purge)
-        print(f"stopped: {', '.join(stopped) or 'nothing was running'}" + ("; data purged" if args.purge else ""))
-    elif args.command == "status":
-        _status(settings, args.json)
-    elif args.command == "produce":
-        _produce(settings, args)
-    elif args.command == "speed":
-        _speed(settings, args.action, args.resume_from_tables)
-    elif args.command == "serve":
-        from serving_layer import api
-
-        api.serve(settings, args.host or settings.serve_host, args.port or settings.serve_port)
-    elif args.command == "query":
-        answer = _query(settings, args.sql)
-        _print_rows(answer.columns, answer.rows, args.format)
-    elif args.command == "views":
-        _views(settings, args.json)
-    elif args.command == "deadletters":
-        from lambdalake import deadletters
-
-        print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit,
-                                  from_file=args.from_file, as_json=args.json))
-    elif args.command == "reprocess":
-        _reprocess(settings, parser, args)
+    try:
+        args.run(config.load(), args)
+    except Usage as wrong:
+        parser.error(str(wrong))
 
 
 def _told() -> tuple[type[Exception], ...]:
