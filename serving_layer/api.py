@@ -21,8 +21,9 @@ import secrets
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
@@ -60,79 +61,105 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def deployment(request: Request) -> Settings:
+    """The deployment the app serves (a dependency of every route that reads its data)."""
+    return request.app.state.settings
+
+
+def authorized(request: Request) -> None:
+    """Refuse a request without the app's token, when it requires one."""
+    required, given = request.app.state.token, request.headers.get("authorization", "")
+    if required and not secrets.compare_digest(given.encode(), f"Bearer {required}".encode()):
+        raise HTTPException(401, "missing or wrong token: send the header Authorization: Bearer <token>")
+
+
+Deployment = Annotated[Settings, Depends(deployment)]
+#: The routes of the deployment's data: each needs the token when the app requires one.
+data = APIRouter(dependencies=[Depends(authorized)])
+#: What is the same in every deployment: the dashboard's page and scripts.
+pages = APIRouter(include_in_schema=False)
+
+
+def _run(settings: Settings, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+    """``sql`` through the serving engine; an analyst's mistake is a 400 in one line."""
+    try:
+        return engine.query(settings, sql, params)
+    except (QueryError, LookupError) as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+@pages.get("/")
+def dashboard() -> FileResponse:
+    return FileResponse(DASHBOARD / "index.html")
+
+
+@pages.get("/plotly.min.js")
+def plotly() -> Response:
+    return Response(_plotly(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+
+@data.get("/views", summary="The declared views, with their final and provisional days")
+def views(settings: Deployment) -> list[dict]:
+    return catalog.views(settings)
+
+
+@data.get("/views/{name}", response_model=Page,
+          summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)")
+def view_rows(settings: Deployment, request: Request, name: str, start: datetime | None = None,
+              end: datetime | None = None, limit: int = Query(1000, ge=1, description="at most query_max_rows"),
+              offset: int = Query(0, ge=0)) -> Page:
+    view = settings.views.get(name)
+    if view is None:
+        raise HTTPException(404, f"no view named {name}")
+    if limit > settings.query_max_rows:
+        raise HTTPException(422, f"limit {limit}: at most {settings.query_max_rows} (setting query_max_rows)")
+    filters = {k: v for k, v in request.query_params.items() if k not in PAGING}
+    unknown = sorted(set(filters) - set(view.keys))
+    if unknown:
+        raise HTTPException(400, f"{', '.join(unknown)}: not a key of {name}; its keys: "
+                                 f"{', '.join(view.keys) or 'none'}")
+    conditions = ["TRUE"]
+    params: dict[str, datetime | str | None] = {}
+    for label, moment, op in (("start", start, ">="), ("end", end, "<")):
+        if moment is not None:
+            conditions.append(f"window_start {op} ${label}")
+            params[label] = _utc(moment)
+    for i, (key, value) in enumerate(filters.items()):
+        conditions.append(f'CAST("{key}" AS VARCHAR) = $k{i}')
+        params[f"k{i}"] = value
+    if name not in engine.with_data(settings):
+        return Page(view=name, rows=[], next_offset=None)
+    order = ", ".join(f'"{c}"' for c in ("window_start", *view.keys))
+    columns, found = _run(settings, f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} '
+                                    f"LIMIT {limit + 1} OFFSET {offset}", params)
+    more = len(found) > limit
+    return Page(view=name, rows=[dict(zip(columns, row, strict=True)) for row in found[:limit]],
+                next_offset=offset + limit if more else None)
+
+
+@data.post("/query", response_model=client.Rows, summary="One sandboxed SELECT over the views")
+def query(settings: Deployment, body: Sql) -> client.Rows:
+    return client.sent(*_run(settings, body.sql))
+
+
+@data.get("/health", summary="Speed layer, dead letters, and each view's days")
+def health(settings: Deployment) -> dict:
+    return catalog.health(settings)
+
+
+def failed(request: Request, exc: Exception) -> JSONResponse:
+    """A query of the server's own that failed (a broken table read for /health): said in one line."""
+    return JSONResponse({"detail": str(exc)}, status_code=500)
+
+
 def create(settings: Settings, required_token: str | None = None) -> FastAPI:
     """The API and dashboard over ``settings``' deployment; requests need ``required_token`` if given."""
-
-    def authorized(request: Request) -> None:
-        given = request.headers.get("authorization", "")
-        if required_token and not secrets.compare_digest(given.encode(), f"Bearer {required_token}".encode()):
-            raise HTTPException(401, "missing or wrong token: send the header Authorization: Bearer <token>")
-
     app = FastAPI(title="lambdalake", description=__doc__, docs_url=None, redoc_url=None)
+    app.state.settings, app.state.token = settings, required_token
     app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
-    api = [Depends(authorized)]
-
-    @app.exception_handler(QueryError)
-    def failed(request: Request, exc: QueryError) -> JSONResponse:
-        """A query of the server's own that failed (a broken table read for /health): said in one line."""
-        return JSONResponse({"detail": str(exc)}, status_code=500)
-
-    def run(sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
-        try:
-            return engine.query(settings, sql, params)
-        except (QueryError, LookupError) as exc:
-            raise HTTPException(400, str(exc)) from None
-
-    @app.get("/", include_in_schema=False)
-    def dashboard() -> FileResponse:
-        return FileResponse(DASHBOARD / "index.html")
-
-    @app.get("/plotly.min.js", include_in_schema=False)
-    def plotly() -> Response:
-        return Response(_plotly(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
-
-    @app.get("/views", dependencies=api, summary="The declared views, with their final and provisional days")
-    def views() -> list[dict]:
-        return catalog.views(settings)
-
-    @app.get("/views/{name}", dependencies=api, response_model=Page,
-             summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)")
-    def view_rows(request: Request, name: str, start: datetime | None = None, end: datetime | None = None,
-                  limit: int = Query(1000, ge=1, le=settings.query_max_rows), offset: int = Query(0, ge=0)) -> Page:
-        view = settings.views.get(name)
-        if view is None:
-            raise HTTPException(404, f"no view named {name}")
-        filters = {k: v for k, v in request.query_params.items() if k not in PAGING}
-        unknown = sorted(set(filters) - set(view.keys))
-        if unknown:
-            raise HTTPException(400, f"{', '.join(unknown)}: not a key of {name}; its keys: "
-                                     f"{', '.join(view.keys) or 'none'}")
-        conditions = ["TRUE"]
-        params: dict[str, datetime | str | None] = {}
-        for label, moment, op in (("start", start, ">="), ("end", end, "<")):
-            if moment is not None:
-                conditions.append(f"window_start {op} ${label}")
-                params[label] = _utc(moment)
-        for i, (key, value) in enumerate(filters.items()):
-            conditions.append(f'CAST("{key}" AS VARCHAR) = $k{i}')
-            params[f"k{i}"] = value
-        if name not in engine.with_data(settings):
-            return Page(view=name, rows=[], next_offset=None)
-        order = ", ".join(f'"{c}"' for c in ("window_start", *view.keys))
-        columns, found = run(f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} '
-                             f"LIMIT {limit + 1} OFFSET {offset}", params)
-        more = len(found) > limit
-        return Page(view=name, rows=[dict(zip(columns, row, strict=True)) for row in found[:limit]],
-                    next_offset=offset + limit if more else None)
-
-    @app.post("/query", dependencies=api, response_model=client.Rows, summary="One sandboxed SELECT over the views")
-    def query(body: Sql) -> client.Rows:
-        return client.sent(*run(body.sql))
-
-    @app.get("/health", dependencies=api, summary="Speed layer, dead letters, and each view's days")
-    def health() -> dict:
-        return catalog.health(settings)
-
+    app.add_exception_handler(QueryError, failed)
+    app.include_router(pages)
+    app.include_router(data)
     return app
 
 
