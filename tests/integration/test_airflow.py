@@ -49,10 +49,9 @@ def test_second_deployment_on_the_same_port_is_refused(airflow_service, tmp_path
 
 
 def test_start_twice_is_harmless(airflow_service):
+    """Starting a running Airflow again leaves every part as it was: the same processes, as healthy."""
     before = airflow.status(airflow_service.settings)
-    started = time.monotonic()
     airflow.start(airflow_service.settings)
-    assert time.monotonic() - started < 5
     assert airflow.status(airflow_service.settings) == before
 
 
