@@ -205,20 +205,15 @@ def _views(settings, args) -> None:
 
     listing = catalog.views(settings)
     if args.json:
-        print(json.dumps(listing, indent=1))
+        print(json.dumps([v.model_dump(mode="json") for v in listing], indent=1))
         return
     for v in listing:
-        print(f"{v['name']}: {v['description']}\n  window {v['window']}; keys {', '.join(v['keys']) or '-'}; "
-              f"measures {', '.join(v['measures'])} (approximate in speed: "
-              f"{', '.join(v['approximate_in_speed']) or 'none'})\n  final days {v['final_days']}; "
-              f"provisional days {v['provisional_days']}\n  "
-              f"batch {v['tables']['batch']}; speed {v['tables']['speed']}\n  {_version(v['version'])}")
-
-
-def _version(version: dict) -> str:
-    since = f" since {version['since']}" if version["since"] else ""
-    previous = f"; can switch back to {version['previous']}" if version["previous"] else ""
-    return f"batch version {version['label']}{since}{previous}"
+        since = f" since {v.version.since}" if v.version.since else ""
+        previous = f"; can switch back to {v.version.previous}" if v.version.previous else ""
+        print(f"{v.name}: {v.description}\n  window {v.window}; keys {', '.join(v.keys) or '-'}; "
+              f"measures {', '.join(v.measures)} (approximate in speed: {', '.join(v.approximate_in_speed) or 'none'})"
+              f"\n  final days {v.final_days}; provisional days {v.provisional_days}\n  "
+              f"batch {v.tables.batch}; speed {v.tables.speed}\n  batch version {v.version.label}{since}{previous}")
 
 
 def _reprocess(settings, args) -> None:

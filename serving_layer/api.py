@@ -99,7 +99,7 @@ def plotly() -> Response:
 
 
 @data.get("/views", summary="The declared views, with their final and provisional days")
-def views(settings: Deployment) -> list[dict]:
+def views(settings: Deployment) -> list[catalog.ViewInfo]:
     return catalog.views(settings)
 
 
@@ -143,7 +143,7 @@ def query(settings: Deployment, body: Sql) -> client.Rows:
 
 
 @data.get("/health", summary="Speed layer, dead letters, and each view's days")
-def health(settings: Deployment) -> dict:
+def health(settings: Deployment) -> catalog.Health:
     return catalog.health(settings)
 
 

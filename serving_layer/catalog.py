@@ -7,11 +7,12 @@ One description for every front end: ``lambdalake views`` and ``status``, and th
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from datetime import datetime
+from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pydantic import BaseModel
 
 from infra import batch_engine, services
 from infra.settings import Settings
@@ -23,23 +24,76 @@ from views.compile import state_columns
 from views.timebase import UTC, spans
 
 
-def views(settings: Settings) -> list[dict]:
-    """Every declared view: window, keys, measures, tables, the version of its batch table serving it,
-    and its final and provisional days."""
+class ViewTables(BaseModel):
+    """Where a view's rows are: its batch table (the version serving it) and its speed partials."""
+    batch: str
+    speed: str
+
+
+class ViewInfo(BaseModel):
+    """A declared view: window, keys, measures, tables, the version of its batch table serving it, and
+    its final and provisional days (as spans, e.g. ``2026-11-20..2026-11-22``)."""
+    name: str
+    description: str
+    window: str
+    keys: list[str]
+    measures: list[str]
+    approximate_in_speed: list[str]
+    joins: list[str]
+    expectations: list[str]
+    tables: ViewTables
+    version: versions.Version
+    speed_states: list[str]
+    final_days: str
+    provisional_days: str
+
+
+class SpeedHealth(BaseModel):
+    """The speed layer as the serving side sees it: its lag, watermark and last micro-batch."""
+    running: bool
+    lag: int | None
+    watermark: str | None
+    error: str | None
+    problem: str | None
+    last_micro_batch_finished: str | None
+    last_micro_batch: dict[str, float] | None
+
+
+class ViewHealth(BaseModel):
+    """A view's days, newest window, late events and last data-quality check."""
+    final_days: str
+    provisional_days: str
+    newest_window: datetime | None
+    late_events: int
+    last_quality_check: dict[str, Any] | None
+
+
+class Health(BaseModel):
+    """The serving side's health (``GET /health``)."""
+    speed_layer: SpeedHealth
+    batch_engine: dict[str, Any]
+    speed_rows_written: datetime | None
+    speed_rows_age_seconds: float | None
+    dead_letters: int
+    quality: dict[str, Any]
+    views: dict[str, ViewHealth]
+
+
+def views(settings: Settings) -> list[ViewInfo]:
+    """Every declared view (:class:`ViewInfo`)."""
     days = engine.finality(settings)
     declared = settings.views
     batch, serving = versions.serving(settings, declared), versions.describe(settings, declared)
-    return [{
-        "name": v.name, "description": " ".join(v.description.split()), "window": str(v.window),
-        "keys": list(v.keys), "measures": [m.name for m in v.measures],
-        "approximate_in_speed": [m.name for m in v.measures if m.approximate_in_speed],
-        "joins": [str(j) for j in v.joins], "expectations": list(v.expectations),
-        "tables": {"batch": batch[v.name],
-                   "speed": f"{tables.SPEED_PARTIALS.path(settings)} (partition view={v.name}, column {v.name})"},
-        "version": asdict(serving[v.name]),
-        "speed_states": list(state_columns(v)),
-        "final_days": spans(days[v.name]["final"]), "provisional_days": spans(days[v.name]["provisional"]),
-    } for v in declared.values()]
+    return [ViewInfo(
+        name=v.name, description=" ".join(v.description.split()), window=str(v.window), keys=list(v.keys),
+        measures=[m.name for m in v.measures],
+        approximate_in_speed=[m.name for m in v.measures if m.approximate_in_speed],
+        joins=[str(j) for j in v.joins], expectations=list(v.expectations),
+        tables=ViewTables(batch=batch[v.name], speed=f"{tables.SPEED_PARTIALS.path(settings)} "
+                                                     f"(partition view={v.name}, column {v.name})"),
+        version=serving[v.name], speed_states=list(state_columns(v)),
+        final_days=spans(days[v.name]["final"]), provisional_days=spans(days[v.name]["provisional"]),
+    ) for v in declared.values()]
 
 
 def rows(settings: Settings, table: str, sql: str) -> list[dict]:
@@ -86,7 +140,7 @@ def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 
-def health(settings: Settings) -> dict:
+def health(settings: Settings) -> Health:
     """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
     written, dead letters, and per view its final and provisional days, late events, newest window and
     last data-quality check."""
@@ -99,23 +153,20 @@ def health(settings: Settings) -> dict:
     checks = quality(settings)
     per_view = {}
     for view in views(settings):
-        name = view["name"]
-        newest = rows(settings, name, f'SELECT max(window_start) AS newest FROM "{name}"')
-        per_view[name] = {
-            "final_days": view["final_days"], "provisional_days": view["provisional_days"],
-            "newest_window": newest[0]["newest"] if newest else None,
-            "late_events": int((late.get(name) or {}).get("events") or 0),
-            "last_quality_check": checks["suites"].get(f"view.{name}"),
-        }
-    return {
-        "speed_layer": {"running": bool(speed), "lag": speed.get("lag"), "watermark": speed.get("watermark"),
-                        "error": speed.get("error"), "problem": services.speed_problem(settings),
-                        "last_micro_batch_finished": speed.get("progressed_at"),
-                        "last_micro_batch": speed.get("steps") or None},
-        "batch_engine": {key: value for key, value in batch_engine.status(settings).items() if key != "pid"},
-        "speed_rows_written": written,
-        "speed_rows_age_seconds": None if written is None else round(time.time() - written.timestamp(), 3),
-        "dead_letters": dead["records"],
-        "quality": {"data_docs": checks["data_docs"], "raw_events": checks["suites"].get("raw_events")},
-        "views": per_view,
-    }
+        newest = rows(settings, view.name, f'SELECT max(window_start) AS newest FROM "{view.name}"')
+        per_view[view.name] = ViewHealth(
+            final_days=view.final_days, provisional_days=view.provisional_days,
+            newest_window=newest[0]["newest"] if newest else None,
+            late_events=int((late.get(view.name) or {}).get("events") or 0),
+            last_quality_check=checks["suites"].get(f"view.{view.name}"))
+    return Health(
+        speed_layer=SpeedHealth(running=bool(speed), lag=speed.get("lag"), watermark=speed.get("watermark"),
+                                error=speed.get("error"), problem=services.speed_problem(settings),
+                                last_micro_batch_finished=speed.get("progressed_at"),
+                                last_micro_batch=speed.get("steps") or None),
+        batch_engine={key: value for key, value in batch_engine.status(settings).items() if key != "pid"},
+        speed_rows_written=written,
+        speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),
+        dead_letters=dead["records"],
+        quality={"data_docs": checks["data_docs"], "raw_events": checks["suites"].get("raw_events")},
+        views=per_view)
