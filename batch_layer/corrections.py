@@ -18,7 +18,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
@@ -86,9 +86,5 @@ def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
     rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None)
             for m, (d, t) in found["measures"].items()]
-    schema = tables.CORRECTIONS.schema
-    assert schema is not None  # the platform's table: its schema is fixed
-    write_deltalake(tables.CORRECTIONS.path(settings),
-                    pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema),
-                    mode="append")
+    tables.CORRECTIONS.append(settings, rows)
     return found

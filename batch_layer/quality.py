@@ -47,7 +47,6 @@ from datetime import date, datetime
 from functools import cached_property, lru_cache
 
 import pyarrow as pa
-from deltalake import write_deltalake
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -426,11 +425,7 @@ def check(settings: Settings, suite: Suite, rows, start: datetime, end: datetime
     done = Check(suite.name, days, [(e, severity, ok, _observed(result)) for e, severity, ok, result in outcomes],
                  per_day or {}, failing)
     now = datetime.now(timebase.UTC)
-    schema = tables.QUALITY_RESULTS.schema
-    assert schema is not None  # the platform's table: its schema is fixed
-    write_deltalake(tables.QUALITY_RESULTS.path(settings), pa.Table.from_pylist(
-        [dict(zip(schema.names, (now, suite.name, *days, *outcome), strict=True)) for outcome in done.results],
-        schema), mode="append")
+    tables.QUALITY_RESULTS.append(settings, [(now, suite.name, *days, *outcome) for outcome in done.results])
     if done.failed:
         shown = "; ".join(f"{e}: {', '.join(_shown(k) for k in done.failing[e][:3])}"
                           f"{' ...' if len(done.failing[e]) > 3 else ''}" for e in done.failed if done.failing.get(e))

@@ -78,10 +78,11 @@ def _task_seconds(client: airflow.AirflowClient, run_id: str) -> float:
 
 def _engine_memory(settings: Settings) -> Memory:
     """The engine's :class:`Memory` now."""
-    busy = batch_engine.status(settings)["rss_mb"]
+    busy = batch_engine.status(settings).rss_mb
     time.sleep(IDLE)
     status = batch_engine.status(settings)
-    return Memory(busy, status["rss_mb"], throughput.live_heap_mb(status["pid"]))
+    assert busy is not None and status.rss_mb is not None and status.pid is not None, "the batch engine stopped"
+    return Memory(busy, status.rss_mb, throughput.live_heap_mb(status.pid))
 
 
 def _warm(settings: Settings, day: date, runs: int) -> list[float]:

@@ -265,16 +265,15 @@ def stop(settings: Settings) -> bool:
     return any([*(processes.stop(settings, name) for name in SERVICES), postgres.stop(settings)])
 
 
-def status(settings: Settings) -> dict[str, dict]:
-    """Per service: pid, running, healthy and the URL it serves (the UI and API, for the API server; the
+def status(settings: Settings) -> dict[str, processes.Service]:
+    """Per service: its process, health and the URL it serves (the UI and API, for the API server; the
     database, for its PostgreSQL if it has one)."""
     report = health(settings) or {}
     result = {}
     for name in SERVICES:
         pid = processes.running_pid(settings, name)
         healthy = pid is not None and (report.get(_HEALTH_KEY[name]) or {}).get("status") == "healthy"
-        result[name] = {"pid": pid, "running": pid is not None, "healthy": healthy,
-                        "url": settings.airflow_url if name == API_SERVER else None}
+        result[name] = processes.Service(pid, healthy, settings.airflow_url if name == API_SERVER else None)
     if settings.airflow_database == "postgresql":
         result[postgres.NAME] = postgres.status(settings)
     return result

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import psutil
@@ -147,15 +148,23 @@ def stop(settings: Settings) -> bool:
     return processes.stop(settings, NAME)
 
 
-def status(settings: Settings) -> dict:
-    """Pid, running, healthy, its address and resident memory (MB)."""
+@dataclass(frozen=True)
+class Engine(processes.Service):
+    """The engine as ``status`` reports it: a service, the Spark master it runs on, and its resident
+    memory (MB; None when it does not run)."""
+    master: str = ""
+    rss_mb: int | None = None
+
+
+def status(settings: Settings) -> Engine:
+    """Its process, health, address, master and resident memory."""
     pid = processes.running_pid(settings, NAME)
     try:
         memory = round(psutil.Process(pid).memory_info().rss / 2**20) if pid else None
     except psutil.NoSuchProcess:
         memory = None
-    return {"pid": pid, "running": pid is not None, "healthy": pid is not None and healthy(settings),
-            "url": settings.batch_engine_url, "master": settings.spark_master_url, "rss_mb": memory}
+    return Engine(pid, pid is not None and healthy(settings), settings.batch_engine_url, settings.spark_master_url,
+                  memory)
 
 
 def watch(settings: Settings) -> str:

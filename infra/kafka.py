@@ -8,7 +8,7 @@ import contextlib
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,11 +159,30 @@ def healthy(settings: Settings, node: Node) -> bool:
         admin.close()
 
 
-def status(settings: Settings) -> dict:
-    """Each broker's pid, address and health, and whether they all are healthy."""
-    brokers = [{"node": node.id, "pid": processes.running_pid(settings, node.name), "address": node.address,
-                "healthy": healthy(settings, node)} for node in nodes(settings)]
-    return {"address": settings.kafka_bootstrap, "healthy": all(b["healthy"] for b in brokers), "brokers": brokers}
+@dataclass(frozen=True)
+class Broker:
+    """A broker as ``status`` reports it."""
+    node: int
+    pid: int | None
+    address: str
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The brokers, where clients bootstrap from, and whether every broker is healthy."""
+    address: str
+    brokers: list[Broker]
+    healthy: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "healthy", all(broker.healthy for broker in self.brokers))
+
+
+def status(settings: Settings) -> Cluster:
+    """Each broker's process, address and health."""
+    return Cluster(settings.kafka_bootstrap, [Broker(node.id, processes.running_pid(settings, node.name), node.address,
+                                                    healthy(settings, node)) for node in nodes(settings)])
 
 
 def start(settings: Settings, timeout: float = 90) -> None:

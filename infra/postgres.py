@@ -158,8 +158,8 @@ def stop(settings: Settings) -> bool:
     return True
 
 
-def status(settings: Settings) -> dict:
-    """Pid, running, healthy and its address (without the password)."""
+def status(settings: Settings) -> processes.Service:
+    """Its process, health and address (without the password)."""
     pid = processes.running_pid(settings, NAME)
-    return {"pid": pid, "running": pid is not None, "healthy": pid is not None and healthy(settings),
-            "url": f"postgresql://{ROLE}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}"}
+    return processes.Service(pid, pid is not None and healthy(settings),
+                             f"postgresql://{ROLE}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}")

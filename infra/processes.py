@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar, cast
@@ -18,6 +19,19 @@ import tenacity
 from infra.settings import Settings
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service as ``status`` reports it: its process (None: not running), whether it answers, and
+    where (a URL, if it serves one)."""
+    pid: int | None
+    healthy: bool
+    url: str | None = None
+    running: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "running", self.pid is not None)
 
 
 class ServiceError(RuntimeError):

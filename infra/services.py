@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from infra import airflow, batch_engine, kafka, processes, spark_cluster
@@ -166,19 +167,42 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
     return stopped
 
 
-def status(settings: Settings) -> dict:
+@dataclass(frozen=True)
+class Speed(processes.Service):
+    """The speed layer as ``status`` reports it: a service, what is wrong with it (None: nothing), its log
+    and its last health report (speed_layer.health, as written)."""
+    problem: str | None = None
+    log: str = ""
+    health: dict | None = None
+
+
+@dataclass(frozen=True)
+class Spark:
+    """Where Spark runs, and on a standalone cluster how many workers its master counts alive."""
+    master: str
+    alive_workers: int | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """What runs where, and whether it is healthy (``lambdalake status``)."""
+    home: str
+    kafka: kafka.Cluster
+    speed_layer: Speed
+    batch_engine: batch_engine.Engine
+    airflow: dict[str, processes.Service]
+    serving_api: processes.Service
+    spark: Spark
+
+
+def status(settings: Settings) -> Status:
     """What runs where, and whether it is healthy."""
-    speed_pid = processes.running_pid(settings, SPEED)
-    report, problem = speed_health(settings), speed_problem(settings)
-    return {
-        "home": str(settings.home),
-        "kafka": kafka.status(settings),
-        "speed_layer": {"pid": speed_pid, "healthy": problem is None, "problem": problem,
-                        "log": str(processes.log_file(settings, SPEED)), "health": report},
-        "batch_engine": batch_engine.status(settings),
-        "airflow": airflow.status(settings),
-        "serving_api": {"pid": processes.running_pid(settings, SERVING), "url": settings.serve_url,
-                        "healthy": serving_healthy(settings)},
-        "spark": {"master": settings.spark_master_url, **({"alive_workers": spark_cluster.alive_workers(settings)}
-                                                           if settings.spark_master == "standalone" else {})},
-    }
+    problem = speed_problem(settings)
+    standalone = settings.spark_master == "standalone"
+    return Status(
+        str(settings.home), kafka.status(settings),
+        Speed(processes.running_pid(settings, SPEED), problem is None, None, problem,
+              str(processes.log_file(settings, SPEED)), speed_health(settings)),
+        batch_engine.status(settings), airflow.status(settings),
+        processes.Service(processes.running_pid(settings, SERVING), serving_healthy(settings), settings.serve_url),
+        Spark(settings.spark_master_url, spark_cluster.alive_workers(settings) if standalone else None))

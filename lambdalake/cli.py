@@ -244,17 +244,16 @@ def _status(settings, args) -> None:
     from serving_layer.catalog import corrections, quality, rows
     from views import tables
 
-    report = services.status(settings)
-    report["quality"] = quality(settings)
-    report["corrections"] = corrections(settings)
-    report["versions"] = {view: asdict(version) for view, version in
-                          versions.describe(settings, settings.views).items()}
-    report["late_events"] = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, "
-                                 "max(received_at) AS last FROM late_events GROUP BY view, day ORDER BY view, day")
-    report["dead_letters"] = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM "
-                                  "dead_letters GROUP BY reason ORDER BY records DESC")
+    running, checks, off = services.status(settings), quality(settings), corrections(settings)
+    serving = versions.describe(settings, settings.views)
+    late = rows(settings, tables.LATE_EVENTS.name, "SELECT view, day, sum(events) AS events, max(received_at) AS last "
+                                                   "FROM late_events GROUP BY view, day ORDER BY view, day")
+    dead = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM dead_letters "
+                                                    "GROUP BY reason ORDER BY records DESC")
     if args.json:
-        print(json.dumps(report, indent=1, default=str))
+        print(json.dumps({**asdict(running), "quality": checks, "corrections": off, "late_events": late,
+                          "dead_letters": dead, "versions": {view: asdict(v) for view, v in serving.items()}},
+                         indent=1, default=str))
         return
     from tabulate import tabulate
 
@@ -262,56 +261,53 @@ def _status(settings, args) -> None:
         print(f"\n{title}")
         print(tabulate(rows, headers=headers, tablefmt="simple", intfmt=",", floatfmt=",.6g") if rows else "(none)")
 
-    print(f"home: {report['home']}")
-    table("services", _services(settings, report), ["service", "state", "pid", "where", "detail"])
-    health = report["speed_layer"]["health"] or {}
+    print(f"home: {running.home}")
+    table("services", _services(settings, running), ["service", "state", "pid", "where", "detail"])
+    health = running.speed_layer.health or {}
     table("speed layer queries", [[name, q["batch_id"], q["last_progress"], round(q["processed_rows_per_second"] or 0)]
                                   for name, q in (health.get("queries") or {}).items()],
           ["query", "micro-batch", "last progress", "records/s"])
     if health.get("steps"):
         print("last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health["steps"].items()))
-    late = report["late_events"]
     table(f"late events, behind the speed watermark (the batch layer recomputes their days): "
           f"{sum(r['events'] for r in late)}", [[r["view"], r["day"], r["events"], r["last"]] for r in late],
           ["view", "day", "events", "last"])
-    dead = report["dead_letters"]
     table(f"dead letters: {sum(r['records'] for r in dead)}", [[r["records"], r["reason"]] for r in dead],
           ["records", "reason"])
-    table(f"data quality (Great Expectations; Data Docs: {report['quality']['data_docs']})",
+    table(f"data quality (Great Expectations; Data Docs: {checks['data_docs']})",
           [[suite, f"{c['first_day']}..{c['last_day']}", c["failed"], c["warnings"], c["checked_at"]]
-           for suite, c in report["quality"]["suites"].items()],
+           for suite, c in checks["suites"].items()],
           ["suite", "days", "failed", "warnings", "checked at"])
-    table("batch versions serving the views", [[view, v["label"], v["since"] or "-", v["previous"] or "-"]
-                                               for view, v in report["versions"].items()],
+    table("batch versions serving the views", [[view, v.label, v.since or "-", v.previous or "-"]
+                                               for view, v in serving.items()],
           ["view", "version", "since", "can switch back to"])
     table("corrections (how far provisional speed rows were off when batch made their days final)",
           [[f"{r['view']}.{r['measure']}", _share(r["mean_relative_difference"]), r["reports"],
             f"{r['last']['first_day']}..{r['last']['last_day']}", r["last"]["added"], r["last"]["removed"],
             r["last"]["changed"], r["last"]["difference"], _share(r["last"]["relative_difference"])]
-           for r in report["corrections"]],
+           for r in off],
           ["measure", "mean off", "reports", "last days", "added", "removed", "changed", "off by", "share"])
 
 
-def _services(settings, report: dict) -> list[list]:
-    """One row per service of ``report`` (services.status): its name, state, pid, address and details."""
-    def state(part: dict) -> str:
-        return "healthy" if part.get("healthy") else "DOWN"
+def _services(settings, running) -> list[list]:
+    """One row per service of ``running`` (services.status): its name, state, pid, address and details."""
+    def state(healthy: bool) -> str:
+        return "healthy" if healthy else "DOWN"
 
-    kafka, speed, engine, api = report["kafka"], report["speed_layer"], report["batch_engine"], report["serving_api"]
-    health = speed["health"] or {}
-    rows = [["kafka", state(kafka), "", kafka["address"], ""]]
-    rows += [[f"kafka broker {b['node']}", state(b), b["pid"], b["address"], ""] for b in kafka["brokers"]]
-    progress = f"lag {health['lag']}, watermark {health['watermark']}" if health else ""
-    rows.append(["speed layer", state(speed), speed["pid"], "", "; ".join(filter(None, (progress, speed["problem"])))])
+    kafka, speed, engine, api = running.kafka, running.speed_layer, running.batch_engine, running.serving_api
+    rows = [["kafka", state(kafka.healthy), "", kafka.address, ""]]
+    rows += [[f"kafka broker {b.node}", state(b.healthy), b.pid, b.address, ""] for b in kafka.brokers]
+    progress = f"lag {speed.health['lag']}, watermark {speed.health['watermark']}" if speed.health else ""
+    problems = "; ".join(filter(None, (progress, speed.problem)))
+    rows.append(["speed layer", state(speed.healthy), speed.pid, "", problems])
     login = f"login {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}"
-    rows += [[name, state(part), part.get("pid"), part.get("url") or "", login if part.get("url") else ""]
-             for name, part in report["airflow"].items()]
-    resident = f"resident {engine['rss_mb']} MB" if engine["rss_mb"] else ""
-    rows.append(["batch engine", state(engine), engine["pid"], engine["url"], resident])
-    rows.append(["serving API", state(api), api["pid"], api["url"], ""])
-    spark = report["spark"]
-    workers = f"{spark['alive_workers'] or 0} workers alive" if "alive_workers" in spark else ""
-    rows.append(["spark", "", "", spark["master"], workers])
+    rows += [[name, state(part.healthy), part.pid, part.url or "", login if part.url else ""]
+             for name, part in running.airflow.items()]
+    resident = f"resident {engine.rss_mb} MB" if engine.rss_mb else ""
+    rows.append(["batch engine", state(engine.healthy), engine.pid, engine.url, resident])
+    rows.append(["serving API", state(api.healthy), api.pid, api.url, ""])
+    workers = f"{running.spark.alive_workers or 0} workers alive" if settings.spark_master == "standalone" else ""
+    rows.append(["spark", "", "", running.spark.master, workers])
     return rows
 
 

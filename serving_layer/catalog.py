@@ -7,6 +7,7 @@ One description for every front end: ``lambdalake views`` and ``status``, and th
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -164,7 +165,7 @@ def health(settings: Settings) -> Health:
                                 error=speed.get("error"), problem=services.speed_problem(settings),
                                 last_micro_batch_finished=speed.get("progressed_at"),
                                 last_micro_batch=speed.get("steps") or None),
-        batch_engine={key: value for key, value in batch_engine.status(settings).items() if key != "pid"},
+        batch_engine={key: value for key, value in asdict(batch_engine.status(settings)).items() if key != "pid"},
         speed_rows_written=written,
         speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),
         dead_letters=dead["records"],

@@ -95,7 +95,7 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
               if (hours := [h for h in crowded.get(view.name, ()) if h <= last_closed_hour(view, watermark)])}
     if not closed:
         return {}
-    table = spark.read.format("delta").load(path)
+    table = tables.SPEED_PARTIALS.read(spark, settings)
     done = {}
     for view, candidates in closed.items():
         windows = F.struct(*(F.col(f"`{view.name}`.{c}") for c in ("window_start", *view.keys)))

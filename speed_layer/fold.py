@@ -58,8 +58,8 @@ class Fold:
         # less (warm 200k micro-batches: 3.0 -> 2.5 s)
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         self.source = settings.source
-        raw_events = spark.read.format("delta").load(tables.RAW_EVENTS.path(settings))
-        self.state = state.restore(spark, raw_events, self.source.columns, views, state.duration(settings.watermark))
+        self.state = state.restore(spark, tables.RAW_EVENTS.read(spark, settings), self.source.columns, views,
+                                   state.duration(settings.watermark))
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
         self.timings: dict[str, float] = {}
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}

@@ -91,7 +91,7 @@ def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelo
             appends.append(dead, tables.DEAD_LETTERS.path(settings), batch_id, tables.DEAD_LETTERS.partition_by)
         if not changes.isEmpty():
             appends.append(changes, changes_table.path(settings), batch_id)
-            landed = records.sparkSession.read.format("delta").load(changes_table.path(settings))
+            landed = changes_table.read(records.sparkSession, settings)
             changelog.dimension(landed, dimension).write.format("delta").mode("overwrite").save(
                 dimension_table.path(settings))
         parsed.unpersist()

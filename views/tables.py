@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from views.source import Changelog
@@ -35,6 +35,18 @@ class Table:
             return DeltaTable(self.path(settings)).to_pyarrow_table(columns=columns)
         except TableNotFoundError:
             return None
+
+    def read(self, spark, settings):
+        """Its rows as a Spark DataFrame of ``spark``'s."""
+        return spark.read.format("delta").load(self.path(settings))
+
+    def append(self, settings, rows: list[dict] | list[tuple]) -> None:
+        """Append ``rows`` (dicts by column, or tuples in the columns' order) in one commit with delta-rs,
+        making the table if there is none; for a table whose :attr:`schema` the platform fixes."""
+        if self.schema is None:
+            raise ValueError(f"{self.name}: a declaration makes its columns; append to it with Spark")
+        named = [row if isinstance(row, dict) else dict(zip(self.schema.names, row, strict=True)) for row in rows]
+        write_deltalake(self.path(settings), pa.Table.from_pylist(named, self.schema), mode="append")
 
     @property
     def stream_checkpoint(self) -> str:

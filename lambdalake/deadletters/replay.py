@@ -11,8 +11,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
-
 from infra.settings import Settings
 from lambdalake.deadletters import queries
 from lambdalake.deadletters.corrections import Replay, Request, plan, read_requests
@@ -29,12 +27,9 @@ def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
 
 
 def _record(settings: Settings, replays: list[Replay]) -> None:
-    from deltalake import write_deltalake
-
     now = datetime.now(UTC)
-    rows = [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
-    table = tables.DEAD_LETTER_REPLAYS
-    write_deltalake(table.path(settings), pa.Table.from_pylist(rows, table.schema), mode="append")
+    tables.DEAD_LETTER_REPLAYS.append(settings, [{**r.letter.at._asdict(), "replayed_at": now,
+                                                  "corrected": r.corrected} for r in replays])
 
 
 def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> dict:

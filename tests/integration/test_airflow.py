@@ -18,8 +18,8 @@ def test_status_reports_every_service_healthy(airflow_service):
     status = airflow.status(airflow_service.settings)
     assert set(status) == {"airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-api-server"}
     for service in status.values():
-        assert service["running"] and service["healthy"] and psutil.pid_exists(service["pid"])
-    assert status["airflow-api-server"]["url"] == f"http://127.0.0.1:{airflow_service.settings.airflow_port}"
+        assert service.running and service.healthy and psutil.pid_exists(service.pid)
+    assert status["airflow-api-server"].url == f"http://127.0.0.1:{airflow_service.settings.airflow_port}"
 
 
 def test_api_requires_login_and_a_token_works(airflow_service):
@@ -82,13 +82,13 @@ def test_stop_leaves_nothing_and_start_comes_back(airflow_service):
     settings = airflow_service.settings
     pids = set()
     for service in airflow.status(settings).values():
-        pids |= {service["pid"], *(p.pid for p in psutil.Process(service["pid"]).children(recursive=True))}
+        pids |= {service.pid, *(p.pid for p in psutil.Process(service.pid).children(recursive=True))}
     try:
         assert airflow.stop(settings)
         assert [pid for pid in pids if psutil.pid_exists(pid)] == []
         assert processes.port_holder(settings.airflow_port) is None
-        assert not any(service["running"] for service in airflow.status(settings).values())
+        assert not any(service.running for service in airflow.status(settings).values())
         assert not airflow.stop(settings)
     finally:
         airflow.start(settings)
-    assert all(service["healthy"] for service in airflow.status(settings).values())
+    assert all(service.healthy for service in airflow.status(settings).values())

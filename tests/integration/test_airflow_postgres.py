@@ -49,7 +49,7 @@ def test_the_scheduler_runs_batch_recompute_with_its_metadata_in_postgresql(spar
     settings, client = on_postgres.settings, on_postgres.client
     status = airflow.status(settings)
     assert set(status) == {*airflow.SERVICES, postgres.NAME}
-    assert all(service["healthy"] for service in status.values())
+    assert all(service.healthy for service in status.values())
 
     assert settings.batch_start_date is not None
     yesterday = datetime.fromisoformat(settings.batch_start_date).replace(tzinfo=timebase.UTC)
@@ -66,8 +66,8 @@ def test_the_scheduler_runs_batch_recompute_with_its_metadata_in_postgresql(spar
 
     assert postgres.stop(settings)  # the database gone under a running Airflow: starting it again (`up`) heals
     airflow.start(settings)
-    assert all(service["healthy"] for service in airflow.status(settings).values())
+    assert all(service.healthy for service in airflow.status(settings).values())
 
     assert airflow.stop(settings)
-    assert airflow.status(settings)[postgres.NAME]["running"] is False
+    assert airflow.status(settings)[postgres.NAME].running is False
     assert processes.port_holder(settings.airflow_database_port) is None

@@ -191,7 +191,7 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
                        120, 1, lambda: AssertionError("the speed layer landed nothing"))
         victim = next(n for n in kafka.nodes(on_cluster) if n.id == _replicas(on_cluster)[0][0])
         _kill_9(on_cluster, victim.name)
-        assert not sending.done() and not kafka.status(on_cluster)["healthy"]
+        assert not sending.done() and not kafka.status(on_cluster).healthy
         sending.result(timeout=600)  # raises if Kafka did not acknowledge every record
     _assert_exactly_once(on_cluster, records)
     _, ids = engine.query(on_cluster, "SELECT DISTINCT event_id FROM raw_events")
@@ -199,7 +199,7 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
     assert processes.running_pid(on_cluster, services.SPEED) == speed_pid
     assert services.speed_health(on_cluster)["error"] is None and services.speed_problem(on_cluster) is None
     kafka.start(on_cluster)  # the killed broker again: healthy, and back in every partition's in-sync replicas
-    assert kafka.status(on_cluster)["healthy"]
+    assert kafka.status(on_cluster).healthy
     processes.poll(lambda: {isr for _, _, isr in _replicas(on_cluster).values()} == {3} or None, 120, 1,
                    lambda: AssertionError(f"broker {victim.id} did not rejoin: {_replicas(on_cluster)}"))
 
