@@ -1,6 +1,7 @@
 """The table catalogue: every Delta table lambdalake keeps, with its partitioning, its schema (or the
 declaration it is derived from) and, for a table a stream writes, the stream's checkpoint. The layers
-name their tables through it; ``Settings.table`` says where a name is stored."""
+name their tables through it, and read a small table (delta-rs), read one into Spark or append to one
+of fixed columns through its :class:`Table`; ``Settings.table`` says where a name is stored."""
 
 from __future__ import annotations
 
