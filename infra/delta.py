@@ -121,15 +121,21 @@ class BatchAppends:
         return True
 
 
-def to_arrow(rows: DataFrame) -> pa.Table:
-    """``rows`` collected as Arrow, every field nullable: Spark marks a struct's fields non-null even
-    where the struct itself is null (a view's column in another view's row of the partials)."""
-    def relaxed(kind: T.DataType) -> T.DataType:
-        if isinstance(kind, T.StructType):
-            return T.StructType([T.StructField(f.name, relaxed(f.dataType), True, f.metadata) for f in kind])
-        return kind
+def arrow_schema(schema: T.StructType) -> pa.Schema:
+    """Spark's ``schema`` as Arrow types it, every field nullable: Spark marks a struct's fields non-null
+    even where the struct itself is null (a view's column in another view's row of the partials)."""
+    return to_arrow_schema(cast(T.StructType, _relaxed(schema)))
 
-    return rows.to(cast(T.StructType, relaxed(rows.schema))).toArrow()  # a struct stays a struct
+
+def _relaxed(kind: T.DataType) -> T.DataType:
+    if isinstance(kind, T.StructType):
+        return T.StructType([T.StructField(f.name, _relaxed(f.dataType), True, f.metadata) for f in kind])
+    return kind
+
+
+def to_arrow(rows: DataFrame) -> pa.Table:
+    """``rows`` collected as Arrow, every field nullable (:func:`arrow_schema`)."""
+    return rows.to(cast(T.StructType, _relaxed(rows.schema))).toArrow()  # a struct stays a struct
 
 
 def replace(rows: pa.Table, path: str, where: str) -> None:

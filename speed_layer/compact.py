@@ -77,7 +77,7 @@ def _newest_event(spark: SparkSession, path: str) -> datetime | None:
     if "max.event_time" in files.column_names and files["max.event_time"].null_count == 0:
         newest = pc.max(files["max.event_time"]).as_py()
     else:
-        newest = state.newest_event(spark.read.format("delta").load(path))
+        newest = state.newest_event(path)
     return newest and newest.astimezone(timebase.UTC)
 
 

@@ -70,7 +70,7 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
     ``start`` is the (txnAppId, startingOffsets) pair from :func:`speed_layer.resume.plan`.
     """
     app_id, starting_offsets = start
-    fold = Fold(spark, settings, speed_views(settings), app_id, profile=settings.speed_profile)
+    fold = Fold(spark, settings, speed_views(settings), app_id)
     query = _start(_kafka(spark, settings, settings.topic, starting_offsets), LANDING,
                    settings.checkpoints / LANDING, fold, settings.trigger_seconds)
     return query, fold

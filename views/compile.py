@@ -153,27 +153,27 @@ def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column
 
 
 def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
-    """The columns ``measure`` is kept as: name -> (Spark SQL aggregate over prepared rows, SQL
-    aggregate merging partials of that column, portable to DuckDB: plain identifiers, no backticks)."""
+    """The columns ``measure`` is kept as: name -> (SQL aggregate over prepared rows, SQL aggregate
+    merging partials of that column); both plain enough for Spark SQL and DuckDB (plain identifiers)."""
     name, kind = measure.name, measure.kind
-    own = f"`{ROLE}` = '{EVENT}'"
-    signed = f"CASE WHEN {own} THEN if(`{WEIGHT}` > 0, `{measure.column}`, -`{measure.column}`) END"
+    own = f"{ROLE} = '{EVENT}'"
+    signed = f"CASE WHEN {own} THEN if({WEIGHT} > 0, {measure.column}, -{measure.column}) END"
 
     def weights(condition: str) -> str:
-        return f"CAST(coalesce(sum(CASE WHEN {condition} THEN `{WEIGHT}` END), 0) AS BIGINT)"
+        return f"CAST(coalesce(sum(CASE WHEN {condition} THEN {WEIGHT} END), 0) AS BIGINT)"
 
     if kind == "count":
-        flagged = f"`{ROLE}` = '{measure.column}'" if measure.column else own
+        flagged = f"{ROLE} = '{measure.column}'" if measure.column else own
         return {name: (weights(flagged), f"CAST(sum({name}) AS BIGINT)")}
     if kind == "sum":
         return {name: (f"sum({signed})", f"sum({name})")}
     if kind in ("min", "max"):
-        return {name: (f"{kind}(CASE WHEN {own} THEN `{measure.column}` END)", f"{kind}({name})")}
+        return {name: (f"{kind}(CASE WHEN {own} THEN {measure.column} END)", f"{kind}({name})")}
     if kind == "mean":
         return {f"{name}_sum": (f"CAST(sum({signed}) AS DOUBLE)", f"sum({name}_sum)"),
-                f"{name}_count": (weights(f"{own} AND `{measure.column}` IS NOT NULL"),
+                f"{name}_count": (weights(f"{own} AND {measure.column} IS NOT NULL"),
                                   f"CAST(sum({name}_count) AS BIGINT)")}
-    value = f"CASE WHEN {own} THEN `{measure.column}` END"
+    value = f"CASE WHEN {own} THEN {measure.column} END"
     if kind == "distinct" and exact:
         return {name: (f"CAST(count(DISTINCT {value}) AS BIGINT)", "")}
     if kind == "distinct":
@@ -184,7 +184,7 @@ def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
 
 
 def _all_states(view: View, exact: bool) -> dict[str, tuple[str, str]]:
-    rows = {ROWS: (f"CAST(coalesce(sum(CASE WHEN `{ROLE}` = '{EVENT}' THEN `{WEIGHT}` END), 0) AS BIGINT)",
+    rows = {ROWS: (f"CAST(coalesce(sum(CASE WHEN {ROLE} = '{EVENT}' THEN {WEIGHT} END), 0) AS BIGINT)",
                    f"CAST(sum({ROWS}) AS BIGINT)")}
     return {**rows, **{c: sql for m in view.measures for c, sql in _states(m, exact).items()}}
 
@@ -204,6 +204,11 @@ def _final(measure: Measure, exact: bool) -> str:
 def state_columns(view: View) -> tuple[str, ...]:
     """The columns of a speed partial beside its window and keys: the mergeable states."""
     return tuple(_all_states(view, exact=False))
+
+
+def partial_states(view: View) -> dict[str, str]:
+    """SQL aggregates, per state column, over a batch of prepared rows: a speed partial's states."""
+    return {c: agg for c, (agg, _) in _all_states(view, exact=False).items()}
 
 
 def merged(view: View) -> dict[str, str]:

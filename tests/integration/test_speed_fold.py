@@ -25,7 +25,7 @@ from speed_layer import queries
 from speed_layer.compact import compact
 from speed_layer.fold import Fold
 from tests.compare import merged_rows
-from views import all_views, timebase
+from views import all_views, sql, timebase
 from views import tables as catalog
 from views.events import kafka_frame
 
@@ -151,18 +151,19 @@ def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, 
     assert compact(spark, folded) == {}  # nothing left to fold
 
 
-def test_the_state_stays_in_as_many_partitions_as_cores(spark, tables, records):
-    """Each micro-batch adds a piece to the recent events and rebuilds the open sessions from their
-    last version: however many micro-batches, both are read in as many partitions as there are cores
-    (a union's partitions would otherwise add up, and every scan of the state take more tasks)."""
+def test_the_state_forgets_what_the_watermark_makes_useless(spark, tables, records):
+    """However many micro-batches, the state keeps no event older than the watermark minus the longest
+    FollowedBy bound, and no session that an event at or after the watermark can no longer extend."""
     views = [all_views()[name] for name in ("sessions_hourly", "search_ctr_hourly")]
     queries.ensure_tables(spark, tables)
-    fold = Fold(spark, tables, views, "partitions")
+    fold = Fold(spark, tables, views, "forgets")
     for batch_id, batch in enumerate(_batches(spark, records)):
         fold(batch, batch_id)
-    cores = spark.sparkContext.defaultParallelism
-    assert fold.state.recent().rdd.getNumPartitions() <= cores
-    assert fold.state.sessions["sessions_hourly"].rdd.getNumPartitions() <= cores
+    [kept] = fold.db.sql(f"SELECT count(*), min(event_time) FROM {sql.RECENT}").fetchall()
+    [[opened, last]] = fold.db.sql(f"SELECT count(*), min(last) FROM {sql.open_sessions(views[0])}").fetchall()
+    assert kept[0] > 0 and kept[1] >= fold.state.horizon
+    assert opened > 0 and last >= fold.state.watermark - views[0].session.gap
+    assert fold.state.horizon == fold.state.watermark - timedelta(minutes=30)
 
 
 def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
