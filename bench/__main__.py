@@ -140,8 +140,8 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
             say(f"run {run + 1}, {job}: {total / drain.seconds:,.0f} events/s ({drain.seconds:.1f} s)")
             drains[job].append(drain)
             shutil.rmtree(settings.data, ignore_errors=True)
-    settings = _deployment(root, "profiled", speed_profile=True)
-    say("one more drain with every view timed apart (speed_profile), for the steps table ...")
+    settings = _deployment(root, "profiled")
+    say("one more drain, its live heap measured at each quarter, for the steps table ...")
     drains["profiled"] = [throughput.speed(settings, total, live_heap=True)]
     return drains
 
@@ -204,8 +204,7 @@ def render(total: int, drains, fresh: list[live.Fresh], steady: list[live.Steady
         "",
         "### Where a micro-batch's time goes",
         "",
-        f"One more drain with all views and `speed_profile` on (each view computed apart, to time it, and "
-        f"four full collections; "
+        f"One more drain with all views (four full collections, for its live heap; "
         f"{total / profiled.seconds:,.0f} events/s, not counted above): seconds per step over the whole drain, "
         f"from the health report's steps of each micro-batch seen ({profiled.batches} micro-batches). The "
         f"dead_letters, late_events and speed_partials commits overlap in time.",

@@ -88,8 +88,6 @@ class Settings:
     view_modules: tuple[str, ...] = ()
     #: The views the speed layer keeps up to date (None: all of them); the others are batch only.
     speed_views: tuple[str, ...] | None = None
-    #: Time each speed view apart in the health report's steps (one more Spark job per view and batch).
-    speed_profile: bool = False
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000

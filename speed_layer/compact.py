@@ -68,7 +68,7 @@ def _crowded_hours(path: str) -> dict[str, list[datetime]]:
     return crowded
 
 
-def _newest_event(spark: SparkSession, path: str) -> datetime | None:
+def _newest_event(path: str) -> datetime | None:
     """The newest event time landed in the raw_events table at ``path``, in UTC: the largest of its files'
     ``event_time`` statistics in the Delta log, or, if a file has none, read from the rows. (Delta keeps
     a time's statistics to the millisecond below: a watermark that much behind only folds an hour one
@@ -87,7 +87,7 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     if not (delta.exists(path) and delta.exists(raw_events)):
         return {}
     crowded = _crowded_hours(path)
-    newest = _newest_event(spark, raw_events) if crowded else None
+    newest = _newest_event(raw_events) if crowded else None
     if newest is None:
         return {}
     watermark = newest - state.duration(settings.watermark)
