@@ -4,8 +4,7 @@ A view is computed in three steps, each a pure ``DataFrame -> DataFrame`` functi
 
 1. :func:`prepare`: the view's events, from each event_id's first received copy (:func:`first_copies`,
    taken once for every view), flagged by its FollowedBy joins and grouped into sessions if its window is one.
-   The speed layer applies the same pieces (:func:`own`, :func:`flagged`, :func:`sessions`) to each
-   micro-batch and the state it keeps.
+   The speed layer folds each micro-batch with the same steps compiled to DuckDB SQL (:mod:`views.sql`).
 2. :func:`enrich`: dimension columns; batch as of the event's time, speed as the dimension is now.
 3. :func:`aggregate`: measures per window and key. Each measure is kept as mergeable *states*: batch
    computes them exactly from all rows; speed appends each micro-batch's states as *partials*, which
@@ -139,9 +138,7 @@ def enrich(view: View, rows: DataFrame, dimensions: dict[str, DataFrame], as_of:
 
 @cache
 def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
-    """The Columns :func:`aggregate` groups by, aggregates and selects, built once per view: the speed
-    layer aggregates every micro-batch, and building expressions again costs its driver more than a
-    small micro-batch's work."""
+    """The Columns :func:`aggregate` groups by, aggregates and selects, built once per view."""
     states = _all_states(view, exact)
     keys = (F.window(F.col(view.event_time), *view.windows.spark()).alias("window"), *map(F.col, view.keys))
     partials = (F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),

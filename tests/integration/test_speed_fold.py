@@ -1,7 +1,6 @@
 """The speed layer's state survives a restart exactly: a fold rebuilt from raw_events goes on as the
 uninterrupted one would, after a clean stop, after a crash between the partials commit and the
-raw_events commit, and when a fully committed micro-batch is replayed, whichever writer committed it
-(delta-rs from the driver, or Spark). Every view, including sessions (taken back and grown) and the
+raw_events commit, and when a fully committed micro-batch is replayed. Every view, including sessions (taken back and grown) and the
 search -> click join."""
 
 from __future__ import annotations
@@ -75,8 +74,8 @@ def uninterrupted(folded):
 
 def _restarted(spark, settings, records, before_restart: int, crash=None):
     """Fold the first ``before_restart`` micro-batches, ``crash`` the table state, then go on with a
-    fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``. Both folds commit
-    through Spark's Delta writer, where the uninterrupted fold's small micro-batches go through delta-rs."""
+    fold rebuilt from the tables, replaying micro-batch ``before_restart - 1``. Both folds commit their
+    dead letters through Spark's Delta writer, where the uninterrupted fold's go through delta-rs."""
     views = list(settings.views.values())
     queries.ensure_tables(spark, settings)
     batches = _batches(spark, records)
@@ -220,7 +219,7 @@ def _statistics(settings) -> set[str]:
 
 def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, folded):
     """raw_events' files carry min/max statistics on event_time and ingested_at alone, whichever writer
-    wrote them (delta-rs for the fold's small micro-batches, Spark's for large ones), and a raw_events
+    wrote them (delta-rs for the fold with views, Spark's for landing alone), and a raw_events
     created without that setting gets it when the speed layer starts."""
     assert _statistics(folded) == {"event_time", "ingested_at"}
     schema = spark.read.format("delta").load(catalog.RAW_EVENTS.path(folded)).schema
