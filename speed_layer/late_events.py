@@ -6,8 +6,9 @@ there, whatever the speed layer adds). They are in raw_events all the same; late
 per view and event day, with the time they arrived, so that the batch layer recomputes exactly the
 final days they change (batch_layer.stale).
 
-They are counted in Python from the micro-batch's :class:`Tally` (a few rows from the one Spark job
-that also finds the batch's newest event time) and written with delta-rs: no Spark job of their own.
+They are counted in Python from the micro-batch's :class:`Tally` (counted from the records the fold
+collects, or by one Spark job when landing alone replays a micro-batch) and written with delta-rs: no
+Spark job of their own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
@@ -79,6 +81,21 @@ def tally(parsed: DataFrame) -> Tally:
                  sum(row.events for row in dead), sum(row.bytes or 0 for row in dead),
                  max((row.newest for row in valid), default=None), sum(row.bytes or 0 for row in rows),
                  tuple((row.type, row.day, row.behind, row.events) for row in valid))
+
+
+def tallied(rows: pa.Table, watermark: datetime | None) -> Tally:
+    """Count a micro-batch's ``rows`` (:func:`views.events.collected`, in the driver) as :func:`tally`
+    counts them in Spark, behind ``watermark`` or not."""
+    fine = pc.is_null(rows["reason"])
+    valid, dead = rows.filter(fine), rows.filter(pc.invert(fine))
+    behind = (pc.fill_null(pc.less(valid["event_time"], watermark), False) if watermark is not None
+              else pa.array([False] * valid.num_rows))
+    groups = (valid.select(["event_type", "event_date"]).append_column(BEHIND, behind)
+              .group_by(["event_type", "event_date", BEHIND]).aggregate([([], "count_all")]))
+    return Tally(valid.num_rows, pc.sum(behind).as_py() or 0, dead.num_rows, pc.sum(dead["size"]).as_py() or 0,
+                 pc.max(valid["event_time"]).as_py(), pc.sum(rows["size"]).as_py() or 0,
+                 tuple(zip(*(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all")),
+                           strict=True)))
 
 
 #: Where a Kafka record is, which :func:`observe` keeps of each dead one.

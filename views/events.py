@@ -183,6 +183,15 @@ def landed(parsed: DataFrame, source: Source) -> DataFrame:
                                          for c in KAFKA_COLUMNS))
 
 
+def collected(parsed: DataFrame, source: Source) -> DataFrame:
+    """Every record of ``parse``'s output as a raw_events row (its payload null if it is invalid), with
+    its ``reason`` and ``size`` in bytes: what the speed layer collects of a micro-batch to fold it."""
+    fine = F.col("reason").isNull()
+    return parsed.select(*source.columns, "event_date",
+                         *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else c
+                           for c in KAFKA_COLUMNS), "reason", F.length("raw").alias("size"))
+
+
 def dead_letters(parsed: DataFrame) -> DataFrame:
     """The invalid records of ``parse``'s output, as dead_letters rows (raw bytes kept)."""
     return parsed.where(F.col("reason").isNotNull()).select(

@@ -1,7 +1,7 @@
 """The speed layer's state survives a restart exactly: a fold rebuilt from raw_events goes on as the
 uninterrupted one would, after a clean stop, after a crash between the partials commit and the
-raw_events commit, and when a fully committed micro-batch is replayed. Every view, including sessions (taken back and grown) and the
-search -> click join."""
+raw_events commit, and when a fully committed micro-batch is replayed. Every view, including sessions
+(taken back and grown) and the search -> click join."""
 
 from __future__ import annotations
 
