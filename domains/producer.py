@@ -35,6 +35,10 @@ BOOTSTRAP_TIMEOUT_MS = 10_000
 #: request timeout, 30 s): far longer than a cluster takes to move a killed broker's partitions to the
 #: others (its session timeout, 9 s).
 DELIVERY_TIMEOUT_MS = 60_000
+#: Records sent before waiting for them all to be acknowledged: kafka-python's sender thread can fall
+#: behind a sending loop that holds the interpreter, and a record left in its buffer past the delivery
+#: timeout expires unsent (a million records at once: 40% of them, on a slow machine).
+FLUSH_EVERY = 20_000
 
 
 def _producer(settings: Settings):
@@ -58,7 +62,9 @@ def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | N
     try:
         producer = _producer(settings)
         try:
-            for key, value, timestamp_ms in messages:
+            for count, (key, value, timestamp_ms) in enumerate(messages, 1):
+                if count % FLUSH_EVERY == 0:
+                    producer.flush()
                 try:
                     sent.append(producer.send(topic or settings.topic, key=key, value=value, timestamp_ms=timestamp_ms))
                 except MessageSizeTooLargeError as exc:  # this record's own fault: the others go on
