@@ -154,9 +154,11 @@ class Fold:
                   f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1")
         self.db.register("landed", landed)
         watermark = self.state.watermark
-        self.db.execute(f"CREATE OR REPLACE TEMP TABLE {sql.NEW} AS SELECT * FROM ({firsts}) AS f "
-                        f"WHERE NOT EXISTS (SELECT 1 FROM {sql.RECENT} AS r WHERE r.event_id = f.event_id)",
-                        [watermark, watermark])
+        # the ids seen before are found by probing the recent events with the micro-batch's (a semi join
+        # hashes its small side), not by hashing every recent id for the anti join, each micro-batch
+        seen = f"SELECT event_id FROM {sql.RECENT} WHERE event_id IN (SELECT event_id FROM landed)"
+        self.db.execute(f"CREATE OR REPLACE TEMP TABLE {sql.NEW} AS SELECT * FROM ({firsts}) "
+                        f"WHERE event_id NOT IN ({seen})", [watermark, watermark])
         self.db.unregister("landed")
 
     def _partials(self, steps: dict[str, float]) -> pa.Table:

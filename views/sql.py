@@ -72,8 +72,14 @@ def _rows(view: View) -> str:
     for join in view.joins:
         if isinstance(join, FollowedBy):
             new, known = _followers(join, NEW), _followers(join, RECENT)
+            keys = ", ".join(join.on)
+            # the state's rows and followers that can meet the micro-batch's: found by probing the state
+            # with the micro-batch's keys (a semi join hashes its small side), not by hashing the state
+            met = f"({keys}) IN (SELECT {keys} FROM ({_own(view, NEW)} UNION ALL BY NAME {new}))"
+            known = f"{known} AND {met}"
             flagged_new = _flagged(view, join, rows, f"{known} UNION ALL {new}")
-            newly = _flagged(view, join, _flagged(view, join, _own(view, RECENT), new), known, "NOT EXISTS")
+            earlier = f"{_own(view, RECENT)} AND {met}"
+            newly = _flagged(view, join, _flagged(view, join, earlier, new), known, "NOT EXISTS")
             rows = f"{rows} UNION ALL BY NAME {flagged_new} UNION ALL BY NAME {newly}"
     return rows
 
