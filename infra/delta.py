@@ -100,6 +100,9 @@ class BatchAppends:
     def __init__(self, app_id: str) -> None:
         self.app_id = app_id
         self.last: dict[str, int] = {}  # table path -> the last micro-batch of app_id committed there
+        # table path -> the table as delta-rs last committed to it: the next commit reads only the log
+        # written since (a commit by another writer meanwhile is checked for conflicts, as always)
+        self.opened: dict[str, deltalake.DeltaTable] = {}
 
     def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> bool:
         """Append ``rows`` unless micro-batch ``batch_id`` was committed there (then False); new columns
@@ -111,9 +114,12 @@ class BatchAppends:
             return False
         mark = json.dumps({"app": self.app_id, "batch": batch_id})
         if isinstance(rows, pa.Table):
-            deltalake.write_deltalake(path, rows, mode="append", partition_by=list(partition_by) or None,
-                                      schema_mode="merge", commit_properties=deltalake.CommitProperties(
+            deltalake.write_deltalake(self.opened.get(path, path), rows, mode="append",
+                                      partition_by=list(partition_by) or None, schema_mode="merge",
+                                      commit_properties=deltalake.CommitProperties(
                                           custom_metadata={"userMetadata": mark}))
+            if path not in self.opened:
+                self.opened[path] = deltalake.DeltaTable(path)
         else:
             (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
              .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))

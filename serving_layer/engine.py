@@ -54,9 +54,10 @@ def base_tables(settings: Settings) -> tuple[str, ...]:
 
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
 SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
-#: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same
-#: (a file system may stamp two changes within one clock tick alike).
-SETTLED_NS = 1_000_000_000
+#: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same (a
+#: file system may stamp two changes within one clock tick alike: Linux's coarse clock ticks every 1-10
+#: ms). Longer, and a log that changes every second (a micro-batch's) would be read again at each query.
+SETTLED_NS = 50_000_000
 #: The slow lane's thread runs at this niceness (the process's threads at 0 take the cores first).
 SLOW_LANE_NICENESS = 10
 #: Seconds a query is given to stop once interrupted at its time limit.

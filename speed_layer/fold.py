@@ -4,8 +4,10 @@ The speed layer's one streaming query (Kafka ``events`` -> ``foreachBatch``) cal
 with each micro-batch ``n``:
 
 1. Spark parses and validates every record once and collects them to the driver as raw_events rows
-   (one job; the invalid ones' bytes are left out, and written to dead_letters by a job of their own
-   while the views are folded), where they are counted;
+   and dead letters (one job), where they are counted. A dead record longer than ``driver_bytes`` is
+   left out of the collect (the driver holds at most ``max_offsets_per_trigger`` records of at most
+   ``max_payload_bytes`` or ``driver_bytes`` each): such a micro-batch's dead letters are parsed again
+   from their Kafka records, at the same ingestion time, and written by Spark's Delta writer;
 2. the *new* events: the first copy of each valid event that is not late (older than the watermark)
    and not seen in an earlier micro-batch (:mod:`speed_layer.state`);
 3. each speed view's partial aggregates of the new events, with the state the view needs (the events
@@ -13,12 +15,12 @@ with each micro-batch ``n``:
    retracted and added again, so open sessions show and grow): SQL compiled from the view
    (:mod:`views.sql`), run by the driver's DuckDB over the state it keeps there;
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
-   (:class:`infra.delta.BatchAppends`), all by delta-rs from the driver: dead_letters and late_events
+   (:class:`infra.delta.BatchAppends`), by delta-rs from the driver: dead_letters and late_events
    (while the views are folded) and the partials of every view in one commit to speed_partials, side
    by side; then raw_events, last.
 
-A micro-batch's fixed cost is then one Spark job (two with dead letters) and milliseconds of DuckDB,
-where folding six views in Spark took some twenty jobs and thousands of calls into its JVM to plan them.
+A micro-batch's fixed cost is then one Spark job and milliseconds of DuckDB, where folding six views
+in Spark took some twenty jobs and thousands of calls into its JVM to plan them.
 
 Landing alone (no speed views) needs no dedupe: raw_events is written by Spark straight from the parse,
 counted as it goes, and the dead records are parsed again from their own Kafka records.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import deltalake
 import duckdb
@@ -45,8 +48,9 @@ from speed_layer import late_events, state
 from views import compile, events, sql, tables
 from views.model import Session, View
 
-#: A micro-batch's dead letters of up to this many bytes are collected and written from the driver by
-#: delta-rs, not by Spark's Delta writer (by default; ``Fold(driver_bytes=...)``); so is landing alone's.
+#: A dead record of up to this many bytes (more than Kafka takes by default) is collected with its
+#: micro-batch, and landing alone's dead letters are collected when they take no more in all; they are
+#: then written by delta-rs from the driver, not by Spark's Delta writer (``Fold(driver_bytes=...)``).
 DRIVER_BYTES = 16 * 2**20
 
 
@@ -57,26 +61,24 @@ class Fold:
                  driver_bytes: int = DRIVER_BYTES) -> None:
         self.settings, self.views, self.driver_bytes = settings, views, driver_bytes
         self.appends = delta.BatchAppends(app_id)
-        # a micro-batch's cache (its parse, read again for its dead letters) lives for that micro-batch
-        # only: uncompressed, it costs the parse a fifth less (warm 200k micro-batches: 3.0 -> 2.5 s)
-        spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         self.source = settings.source
         self.db = duckdb.connect()
         self.db.execute("SET TimeZone = 'UTC'")
         sketches.sketch_functions(self.db)
         self.state = state.restore(self.db, tables.RAW_EVENTS.path(settings), self.source.columns, views,
                                    state.duration(settings.watermark))
-        self.partials_schema = _partials_schema(spark, settings, views) if views else None
+        empty = events.parse(spark.createDataFrame([], events.KAFKA_RECORD), self.source,
+                             settings.max_payload_bytes, settings.future_horizon_seconds)
+        self.partials_schema = _partials_schema(spark, settings, views, empty) if views else None
+        self.dead_schema = delta.arrow_schema(events.dead_letters(empty).schema)
+        self.dimensions: dict[str, deltalake.DeltaTable] = {}
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
         self.timings: dict[str, float] = {}
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         steps: dict[str, float] = {}
-        if self.views:
-            counted = self._fold(self._parse(records), batch_id, steps)
-        else:
-            counted = self._land(records, batch_id, steps)
+        counted = self._fold(records, batch_id, steps) if self.views else self._land(records, batch_id, steps)
         with _timed(steps, "keep state"):
             self.state.advance(counted.newest)
         self.timings = steps
@@ -84,38 +86,56 @@ class Fold:
                             ("late_events", counted.behind)):
             self.totals[name] += count
 
-    def _parse(self, records: DataFrame) -> DataFrame:
+    def _parse(self, records: DataFrame, ingested_at: datetime | None = None) -> DataFrame:
         return late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
-                                                    self.settings.future_horizon_seconds), self.state.watermark)
+                                                    self.settings.future_horizon_seconds, ingested_at),
+                                       self.state.watermark)
 
-    def _fold(self, parsed: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
-        """Land ``parsed`` and fold its new events into every view."""
+    def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
+        """Land ``records`` and fold their new events into every view."""
         with _timed(steps, "ledger"):
             finals = late_events.final_through(self.settings, self.views)
         with _timed(steps, "parse"):
-            rows = delta.to_arrow(events.collected(parsed.persist(), self.source))
+            ingested_at = datetime.now(UTC)
+            rows = delta.to_arrow(events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes))
             counted = late_events.tallied(rows, self.state.watermark)
             late = late_events.count(counted, self.views, finals, batch_id)
-        side = [(events.dead_letters(parsed), tables.DEAD_LETTERS, counted.dead_bytes <= self.driver_bytes)
-                if counted.dead else None, (late, tables.LATE_EVENTS, True) if late.num_rows else None]
+        with _timed(steps, "dead letters"):
+            dead = self._dead_letters(records, rows, ingested_at) if counted.dead else None
+        side = [(dead, tables.DEAD_LETTERS) if dead is not None else None,
+                (late, tables.LATE_EVENTS) if late.num_rows else None]
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap the views and one another;
             # raw_events goes last
-            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write)
+            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write, False)
                                           for write in filter(None, side)]
             with _timed(steps, "dedupe"):
-                landed = rows.filter(pc.is_null(rows["reason"])).drop_columns(["reason", "size"])
+                landed = rows.filter(pc.is_null(rows["reason"])).drop_columns(["reason", "size", "raw"])
                 self._new(landed)
             done.append(pool.submit(self._commit, steps, batch_id, self._partials(steps), tables.SPEED_PARTIALS, True))
             for commit in done:
                 commit.result()
         self._commit(steps, batch_id, landed, tables.RAW_EVENTS, True)
-        parsed.unpersist()
         with _timed(steps, "keep state"):
             self.state.remember()
             for view in self.views:
                 if isinstance(view.window, Session):
                     self.state.grow_sessions(view)
         return counted
+
+    def _dead_letters(self, records: DataFrame, rows: pa.Table, ingested_at: datetime) -> pa.Table | DataFrame:
+        """The dead letters of a micro-batch's ``records``, from its collected ``rows``; with Spark's help
+        if some were too long to collect: those are parsed again at ``ingested_at``, which gives them the
+        same reasons."""
+        dead = rows.filter(pc.is_valid(rows["reason"]))
+        letters = _conformed(dead.select(["topic", "partition", "offset", "kafka_timestamp", "key", "raw", "reason"])
+                             .append_column("dead_lettered_at", dead["ingested_at"])
+                             .append_column("dead_letter_date", pc.cast(dead["ingested_at"], pa.date32())),
+                             self.dead_schema)
+        if letters["raw"].null_count == 0:
+            return letters
+        long = self._parse(records.where(F.length("value") > self.driver_bytes), ingested_at)
+        return records.sparkSession.createDataFrame(letters.filter(pc.is_valid(letters["raw"]))).unionByName(
+            events.dead_letters(long))
 
     def _land(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Landing alone, which needs no dedupe: raw_events written straight from the parse and counted
@@ -138,9 +158,10 @@ class Fold:
 
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table,
                 from_driver: bool, doing: str = "") -> bool:
-        """Append ``rows`` to ``table`` unless this micro-batch was committed there (then False);
-        ``from_driver``: collected first and written by delta-rs (for a small micro-batch, a Delta
-        commit without Spark's per-commit cost). Timed as ``doing`` and the commit."""
+        """Append ``rows`` to ``table`` unless this micro-batch was committed there (then False): rows in
+        the driver (Arrow) by delta-rs, a DataFrame by Spark's Delta writer unless ``from_driver`` (then
+        collected first: for a small micro-batch, a Delta commit without Spark's per-commit cost). Timed
+        as ``doing`` and the commit."""
         with _timed(steps, f"{doing}commit {table.name}"):
             if from_driver and isinstance(rows, DataFrame):
                 rows = delta.to_arrow(rows)
@@ -164,7 +185,11 @@ class Fold:
     def _partials(self, steps: dict[str, float]) -> pa.Table:
         """Every view's partials of the new events, as rows of the partials table; each view timed."""
         for table in {name for view in self.views for name in compile.dimension_tables(view)}:
-            current = deltalake.DeltaTable(self.settings.table(table)).to_pyarrow_dataset()
+            if table in self.dimensions:
+                self.dimensions[table].update_incremental()
+            else:
+                self.dimensions[table] = deltalake.DeltaTable(self.settings.table(table))
+            current = self.dimensions[table].to_pyarrow_dataset()
             self.db.register(sql.dimension(table), current.filter(ds.field("valid_to").is_null()))
         rows = []
         for view in self.views:
@@ -176,10 +201,10 @@ class Fold:
         return _conformed(pa.concat_tables(rows, promote_options="permissive"), self.partials_schema)
 
 
-def _partials_schema(spark: SparkSession, settings: Settings, views: list[View]) -> pa.Schema:
-    """The partials table's columns for ``views``, as Spark types them (no Spark job: plans of no rows)."""
-    none = events.landed(events.parse(spark.createDataFrame([], events.KAFKA_RECORD), settings.source,
-                                      settings.max_payload_bytes, settings.future_horizon_seconds), settings.source)
+def _partials_schema(spark: SparkSession, settings: Settings, views: list[View], empty: DataFrame) -> pa.Schema:
+    """The partials table's columns for ``views``, as Spark types them (no Spark job: plans of no rows
+    from ``empty``, a parse of none)."""
+    none = events.landed(empty, settings.source)
     dimensions = {name: spark.read.format("delta").load(settings.table(name))
                   for view in views for name in compile.dimension_tables(view)}
     packed = [compile.packed(view, compile.aggregate(view, compile.enrich(view, compile.prepare(view, none),

@@ -164,13 +164,14 @@ def moment(at: datetime | None) -> Column:
     return F.to_timestamp(_opaque(F.lit(text)), "yyyy-MM-dd HH:mm:ss.SSSSSS")
 
 
-def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> DataFrame:
+def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_horizon_seconds: int,
+          ingested_at: datetime | None = None) -> DataFrame:
     """Kafka records -> one row per record with ``source``'s event columns and ``reason`` (null if valid).
 
     ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary); they
-    are ``ingested_at`` now.
+    are ``ingested_at`` (default: now). The same records parsed at the same time get the same reasons.
     """
-    records = records.withColumn("ingested_at", moment(datetime.now(UTC)))
+    records = records.withColumn("ingested_at", moment(ingested_at or datetime.now(UTC)))
     for step in _parse_steps(source, max_payload_bytes, future_horizon_seconds):
         records = records.select(*step)
     return records
@@ -183,13 +184,15 @@ def landed(parsed: DataFrame, source: Source) -> DataFrame:
                                          for c in KAFKA_COLUMNS))
 
 
-def collected(parsed: DataFrame, source: Source) -> DataFrame:
+def collected(parsed: DataFrame, source: Source, dead_bytes: int) -> DataFrame:
     """Every record of ``parse``'s output as a raw_events row (its payload null if it is invalid), with
-    its ``reason`` and ``size`` in bytes: what the speed layer collects of a micro-batch to fold it."""
-    fine = F.col("reason").isNull()
+    its ``reason``, ``size`` in bytes and, if it is invalid and at most ``dead_bytes`` long, its ``raw``
+    bytes: what the speed layer collects of a micro-batch to fold it."""
+    fine, size = F.col("reason").isNull(), F.length("raw")
     return parsed.select(*source.columns, "event_date",
                          *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else c
-                           for c in KAFKA_COLUMNS), "reason", F.length("raw").alias("size"))
+                           for c in KAFKA_COLUMNS), "reason", size.alias("size"),
+                         F.when(~fine & (size <= dead_bytes), F.col("raw")).alias("raw"))
 
 
 def dead_letters(parsed: DataFrame) -> DataFrame:
