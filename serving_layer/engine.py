@@ -204,6 +204,8 @@ class Engine:
         self._retired: set[str] = set()
         #: Queries that passed the sandbox's check, with the relations they were checked against.
         self._passed: dict[str, set[str]] = {}
+        #: Queries parsed so far, with the relations each names (:func:`sandbox.named`).
+        self._reads: dict[str, set[str] | None] = {}
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
@@ -213,11 +215,12 @@ class Engine:
         with self._lock:
             return self._refresh()
 
-    def _refresh(self) -> _State:
-        """:meth:`refresh`, with the lock held; copies the new versions of the tables not :data:`SCANNED`."""
+    def _refresh(self, needed: set[str] | None = None) -> _State:
+        """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all); copies the new
+        versions of the tables not :data:`SCANNED`."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
-            if self._tables[name].changed():
+            if (needed is None or name in needed) and self._tables[name].changed():
                 changed.append(name)
                 if name == tables.SERVING_VERSIONS.name:
                     self._point_batch_tables()
@@ -292,13 +295,38 @@ class Engine:
         partials = self._tables[tables.SPEED_PARTIALS.name].dataset
         return merged_views(self._views, set(registered), set(partials.schema.names) if partials else set())
 
+    def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> set[str] | None:
+        """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
+        or names a relation the engine does not know: the error lists those it knows)."""
+        try:
+            names = self._reads[sql]
+        except KeyError:
+            names = sandbox.named(con, sql)
+            if len(self._reads) >= PASSED:
+                self._reads.clear()
+            self._reads[sql] = names
+        views = {name.lower(): name for name in self._views}
+        known = {name.lower(): name for name in self._tables}
+        if names is None or not names <= views.keys() | known.keys():
+            return None
+        merged = {tables.SERVING_STATE.name, tables.SERVING_VERSIONS.name, tables.SPEED_PARTIALS.name}
+        return {table for name in names for table in (
+            {batch_relation(views[name]), *merged} if name in views else {known[name]})}
+
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
-        views; the column names and rows."""
+        views; the column names and rows. Only the tables it reads are opened again if they changed: a
+        view's query does not wait for raw_events' new version."""
         with self._lock:
-            state = self._refresh()
-            self._running[state] += 1
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
+        try:
+            reads = self._read_by(cursor.con, sql)
+            with self._lock:
+                state = self._refresh(reads)
+                self._running[state] += 1
+        except BaseException:
+            self._give_back(cursor)
+            raise
         try:
             cursor.sync(state)
             known = state.tables.keys() | state.views.keys()

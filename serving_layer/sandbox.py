@@ -94,6 +94,30 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
     _walk(tree["statements"], {name.lower() for name in known}, known)
 
 
+def named(con: duckdb.DuckDBPyConnection, sql: str) -> set[str] | None:
+    """The relation names (lower case) that ``sql`` reads from, besides its CTEs; None if it does not
+    parse (:func:`check` says why)."""
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
+    except (duckdb.Error, RecursionError):
+        return None
+    if tree["error"]:
+        return None
+    found: set[str] = set()
+    ctes: set[str] = set()
+    stack = [tree["statements"]]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and "table_name" in node:
+                found.add(node["table_name"].lower())
+            ctes.update(cte["key"].lower() for cte in (node.get("cte_map") or {}).get("map", []))
+            stack.extend(node.values())
+    return found - ctes
+
+
 def _walk(tree, names: set[str], known: set[str]) -> None:
     """Check the parsed ``tree`` in which the relations ``names`` (and its own CTEs) are in scope (with a
     stack of its own: Python's, in a server's thread, would run out before the JSON decoder's)."""

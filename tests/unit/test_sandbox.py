@@ -164,15 +164,17 @@ def test_the_memory_and_thread_limits(settings):
 
 
 def test_a_table_beyond_the_memory_limit_is_named_until_it_fits(settings):
-    """A version of a table too big to copy within the memory limit fails every query with one line, never
-    leaving the engine on the version before; once a version fits, it is read."""
+    """A version of a table too big to copy within the memory limit fails every query that reads it (a
+    view reads the ledger) with one line, never leaving the engine on the version before; a query of
+    other tables is answered; once a version fits, it is read."""
     limited, path = settings.with_overrides(query_memory_limit="16MB"), settings.table("serving_state")
     big = pa.table({"view": [f"view-{i:024}" for i in range(1_000_000)], "day": [date(2026, 1, 1)] * 1_000_000})
     write_deltalake(path, big, mode="overwrite")  # about 40 MB in the engine
     for _ in range(2):
         with pytest.raises(QueryError, match=r"^table serving_state does not fit in the query engine's memory "
                                              r"limit, 15.2 MiB; raise the setting query_memory_limit$"):
-            engine.query(limited, "SELECT count(*) FROM raw_events")
+            engine.query(limited, "SELECT count(*) FROM page_views_per_minute")
+    assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
     write_deltalake(path, pa.table({"view": ["a"], "day": [date(2026, 1, 2)]}), mode="overwrite")
     assert engine.query(limited, "SELECT * FROM serving_state")[1] == [("a", date(2026, 1, 2))]
 
@@ -201,6 +203,21 @@ def test_the_engine_sees_new_versions_and_new_tables(settings):
         engine.query(settings, "SELECT * FROM dead_letters")
     write_deltalake(settings.table("dead_letters"), pa.table({"reason": ["not JSON"]}))
     assert engine.query(settings, "SELECT reason FROM dead_letters")[1] == [("not JSON",)]
+
+
+def test_a_query_opens_again_only_the_tables_it_reads(settings):
+    """A view's query does not wait for a new version of raw_events, which it does not read; the next
+    query that reads raw_events (here through a CTE) sees it."""
+    assert sandbox.named(duckdb.connect(), "WITH e AS (SELECT n FROM raw_events) SELECT * FROM e, X") == {
+        "raw_events", "x"}
+    raw_events = engine._engine(settings)._tables["raw_events"]
+    assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
+    seen = raw_events.version
+    write_deltalake(settings.table("raw_events"), pa.table({"event_id": ["e3"], "n": [3]}), mode="append")
+    assert engine.query(settings, "SELECT views FROM page_views_per_minute")[1] == [(3,)]
+    assert raw_events.version == seen
+    assert engine.query(settings, "WITH e AS (SELECT n FROM raw_events) SELECT count(*) FROM e")[1] == [(3,)]
+    assert raw_events.version == seen + 1
 
 
 def test_concurrent_readers(settings):
