@@ -131,11 +131,12 @@ class Fold:
                              .append_column("dead_lettered_at", dead["ingested_at"])
                              .append_column("dead_letter_date", pc.cast(dead["ingested_at"], pa.date32())),
                              self.dead_schema)
-        if letters["raw"].null_count == 0:
+        too_long = pc.fill_null(pc.greater(dead["size"], self.driver_bytes), False)  # a null record is not
+        if not pc.any(too_long).as_py():
             return letters
-        long = self._parse(records.where(F.length("value") > self.driver_bytes), ingested_at)
-        return records.sparkSession.createDataFrame(letters.filter(pc.is_valid(letters["raw"]))).unionByName(
-            events.dead_letters(long))
+        again = self._parse(records.where(F.length("value") > self.driver_bytes), ingested_at)
+        return records.sparkSession.createDataFrame(letters.filter(pc.invert(too_long))).unionByName(
+            events.dead_letters(again))
 
     def _land(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Landing alone, which needs no dedupe: raw_events written straight from the parse and counted
