@@ -20,10 +20,8 @@ with each micro-batch ``n``:
    by side; then raw_events, last.
 
 A micro-batch's fixed cost is then one Spark job and milliseconds of DuckDB, where folding six views
-in Spark took some twenty jobs and thousands of calls into its JVM to plan them.
-
-Landing alone (no speed views) needs no dedupe: raw_events is written by Spark straight from the parse,
-counted as it goes, and the dead records are parsed again from their own Kafka records.
+in Spark took some twenty jobs and thousands of calls into its JVM to plan them. Landing alone (no
+speed views) is the same pass without steps 2 and 3.
 """
 
 from __future__ import annotations
@@ -49,8 +47,8 @@ from views import compile, events, sql, tables
 from views.model import Session, View
 
 #: A dead record of up to this many bytes (more than Kafka takes by default) is collected with its
-#: micro-batch, and landing alone's dead letters are collected when they take no more in all; they are
-#: then written by delta-rs from the driver, not by Spark's Delta writer (``Fold(driver_bytes=...)``).
+#: micro-batch; a longer one is parsed again, and the micro-batch's dead letters written, by Spark
+#: (``Fold(driver_bytes=...)``).
 DRIVER_BYTES = 16 * 2**20
 
 
@@ -78,7 +76,7 @@ class Fold:
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         steps: dict[str, float] = {}
-        counted = self._fold(records, batch_id, steps) if self.views else self._land(records, batch_id, steps)
+        counted = self._fold(records, batch_id, steps)
         with _timed(steps, "keep state"):
             self.state.advance(counted.newest)
         self.timings = steps
@@ -86,7 +84,7 @@ class Fold:
                             ("late_events", counted.behind)):
             self.totals[name] += count
 
-    def _parse(self, records: DataFrame, ingested_at: datetime | None = None) -> DataFrame:
+    def _parse(self, records: DataFrame, ingested_at: datetime) -> DataFrame:
         return late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
                                                     self.settings.future_horizon_seconds, ingested_at),
                                        self.state.watermark)
@@ -94,7 +92,7 @@ class Fold:
     def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Land ``records`` and fold their new events into every view."""
         with _timed(steps, "ledger"):
-            finals = late_events.final_through(self.settings, self.views)
+            finals = late_events.final_through(self.settings, self.views) if self.views else {}
         with _timed(steps, "parse"):
             ingested_at = datetime.now(UTC)
             rows = delta.to_arrow(events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes))
@@ -104,17 +102,20 @@ class Fold:
             dead = self._dead_letters(records, rows, ingested_at) if counted.dead else None
         side = [(dead, tables.DEAD_LETTERS) if dead is not None else None,
                 (late, tables.LATE_EVENTS) if late.num_rows else None]
+        landed = rows.filter(pc.is_null(rows["reason"])).drop_columns(["reason", "size", "raw"])
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap the views and one another;
             # raw_events goes last
-            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write, False)
+            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write)
                                           for write in filter(None, side)]
-            with _timed(steps, "dedupe"):
-                landed = rows.filter(pc.is_null(rows["reason"])).drop_columns(["reason", "size", "raw"])
-                self._new(landed)
-            done.append(pool.submit(self._commit, steps, batch_id, self._partials(steps), tables.SPEED_PARTIALS, True))
+            if self.views:
+                with _timed(steps, "dedupe"):
+                    self._new(landed)
+                done.append(pool.submit(self._commit, steps, batch_id, self._partials(steps), tables.SPEED_PARTIALS))
             for commit in done:
                 commit.result()
-        self._commit(steps, batch_id, landed, tables.RAW_EVENTS, True)
+        self._commit(steps, batch_id, landed, tables.RAW_EVENTS)
+        if not self.views:
+            return counted
         with _timed(steps, "keep state"):
             self.state.remember()
             for view in self.views:
@@ -138,35 +139,11 @@ class Fold:
         return records.sparkSession.createDataFrame(letters.filter(pc.invert(too_long))).unionByName(
             events.dead_letters(again))
 
-    def _land(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
-        """Landing alone, which needs no dedupe: raw_events written straight from the parse and counted
-        as it goes (no cache, no Spark job of its own), then the dead letters it found, parsed again
-        from their own Kafka records."""
-        parsed = self._parse(records)
-        observed, seen = late_events.observe(parsed)
-        dead = events.dead_letters(parsed)
-        if self._commit(steps, batch_id, events.landed(observed, self.source), tables.RAW_EVENTS, False, "parse + "):
-            counted, dead_at = late_events.observed(seen)
-            if dead_at:  # parsed again: the dead records alone
-                place = list(late_events.KAFKA_PLACE)
-                at = records.sparkSession.createDataFrame(dead_at, records.select(*place).schema)
-                dead = events.dead_letters(self._parse(records.join(F.broadcast(at), place, "left_semi")))
-        else:  # committed before this (replayed) micro-batch: counted again
-            counted = late_events.tally(parsed)
-        if counted.dead:
-            self._commit(steps, batch_id, dead, tables.DEAD_LETTERS, counted.dead_bytes <= self.driver_bytes)
-        return counted
-
-    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table,
-                from_driver: bool, doing: str = "") -> bool:
-        """Append ``rows`` to ``table`` unless this micro-batch was committed there (then False): rows in
-        the driver (Arrow) by delta-rs, a DataFrame by Spark's Delta writer unless ``from_driver`` (then
-        collected first: for a small micro-batch, a Delta commit without Spark's per-commit cost). Timed
-        as ``doing`` and the commit."""
-        with _timed(steps, f"{doing}commit {table.name}"):
-            if from_driver and isinstance(rows, DataFrame):
-                rows = delta.to_arrow(rows)
-            return self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
+    def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table) -> None:
+        """Append ``rows`` to ``table`` unless this micro-batch was committed there: rows in the driver
+        (Arrow) by delta-rs, a DataFrame by Spark's Delta writer. Timed."""
+        with _timed(steps, f"commit {table.name}"):
+            self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
 
     def _new(self, landed: pa.Table) -> None:
         """The first copy of each event of ``landed`` that is not late and was not seen before, as the

@@ -7,8 +7,7 @@ per view and event day, with the time they arrived, so that the batch layer reco
 final days they change (batch_layer.stale).
 
 They are counted in Python from the micro-batch's :class:`Tally` (counted from the records the fold
-collects, or by one Spark job when landing alone replays a micro-batch) and written with delta-rs: no
-Spark job of their own.
+collects) and written with delta-rs: no Spark job of their own.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from datetime import UTC, date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Observation, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from infra.settings import Settings
@@ -50,74 +49,33 @@ def flag_behind(parsed: DataFrame, watermark: datetime | None) -> DataFrame:
 
 @dataclass(frozen=True)
 class Tally:
-    """A micro-batch's records counted: the valid ones and those behind the watermark, the dead ones
-    and their bytes, the newest valid event time and all the bytes; with views, the valid ones per
-    (event type, day, behind the watermark), which their late counts need."""
+    """A micro-batch's records counted: the valid ones and those behind the watermark, the dead ones,
+    the newest valid event time, and the valid ones per (event type, day, behind the watermark), which
+    the late counts need."""
 
     valid: int
     behind: int
     dead: int
-    dead_bytes: int
     newest: datetime | None
-    #: Bytes of every record of the micro-batch, valid or not.
-    bytes: int
-    groups: tuple[tuple[str, date, bool, int], ...] = ()
+    groups: tuple[tuple[str, date, bool, int], ...]
 
     @property
     def total(self) -> int:
         return self.valid + self.dead
 
 
-def tally(parsed: DataFrame) -> Tally:
-    """Count ``parsed`` (speed_layer's parse of a micro-batch, :func:`flag_behind`) in one Spark job."""
-    fine = F.col("reason").isNull()
-    rows = parsed.groupBy(fine.alias("fine"), F.when(fine, F.col("event_type")).alias("type"),
-                          F.when(fine, F.col("event_date")).alias("day"),
-                          F.when(fine, F.col(BEHIND)).alias("behind")).agg(
-        F.count(F.lit(1)).alias("events"), F.sum(F.length("raw")).alias("bytes"),
-        F.max("event_time").alias("newest")).collect()
-    valid, dead = [row for row in rows if row.fine], [row for row in rows if not row.fine]
-    return Tally(sum(row.events for row in valid), sum(row.events for row in valid if row.behind),
-                 sum(row.events for row in dead), sum(row.bytes or 0 for row in dead),
-                 max((row.newest for row in valid), default=None), sum(row.bytes or 0 for row in rows),
-                 tuple((row.type, row.day, row.behind, row.events) for row in valid))
-
-
 def tallied(rows: pa.Table, watermark: datetime | None) -> Tally:
-    """Count a micro-batch's ``rows`` (:func:`views.events.collected`, in the driver) as :func:`tally`
-    counts them in Spark, behind ``watermark`` or not."""
+    """Count a micro-batch's ``rows`` (:func:`views.events.collected`, in the driver), behind
+    ``watermark`` or not."""
     fine = pc.is_null(rows["reason"])
     valid, dead = rows.filter(fine), rows.filter(pc.invert(fine))
     behind = (pc.fill_null(pc.less(valid["event_time"], watermark), False) if watermark is not None
               else pa.array([False] * valid.num_rows))
     groups = (valid.select(["event_type", "event_date"]).append_column(BEHIND, behind)
               .group_by(["event_type", "event_date", BEHIND]).aggregate([([], "count_all")]))
-    return Tally(valid.num_rows, pc.sum(behind).as_py() or 0, dead.num_rows, pc.sum(dead["size"]).as_py() or 0,
-                 pc.max(valid["event_time"]).as_py(), pc.sum(rows["size"]).as_py() or 0,
+    return Tally(valid.num_rows, pc.sum(behind).as_py() or 0, dead.num_rows, pc.max(valid["event_time"]).as_py(),
                  tuple(zip(*(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all")),
                            strict=True)))
-
-
-#: Where a Kafka record is, which :func:`observe` keeps of each dead one.
-KAFKA_PLACE = ("topic", "partition", "offset")
-
-
-def observe(parsed: DataFrame) -> tuple[DataFrame, Observation]:
-    """``parsed``, counted as the first action that reads it goes by (no Spark job of its own), for
-    :func:`observed` once that action is done."""
-    fine, seen = F.col("reason").isNull(), Observation()
-    return parsed.observe(
-        seen, F.count_if(fine).alias("valid"), F.count_if(fine & F.col(BEHIND)).alias("behind"),
-        F.count_if(~fine).alias("dead"), F.sum(F.when(~fine, F.length("raw"))).alias("dead_bytes"),
-        F.max(F.when(fine, F.col("event_time"))).alias("newest"), F.sum(F.length("raw")).alias("bytes"),
-        F.collect_list(F.when(~fine, F.struct(*KAFKA_PLACE))).alias("dead_at")), seen
-
-
-def observed(seen: Observation) -> tuple[Tally, list[Row]]:
-    """The :class:`Tally` that :func:`observe` counted (without groups), and where its dead records are."""
-    counts = seen.get
-    return Tally(counts["valid"], counts["behind"], counts["dead"], counts["dead_bytes"] or 0, counts["newest"],
-                 counts["bytes"] or 0), counts["dead_at"]
 
 
 def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:

@@ -201,8 +201,8 @@ def _landed(spark, settings) -> dict[str, Counter]:
 
 def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployment, tmp_path_factory, records,
                                                                  folded):
-    """Without views, the fold lands in one pass, counted as it writes: the same raw_events (every
-    copy) and dead_letters as the fold with every view; a replayed micro-batch adds nothing."""
+    """Without views, the fold lands the same raw_events (every copy) and dead_letters as the fold with
+    every view; a replayed micro-batch adds nothing."""
     settings = _home(tmp_path_factory, deployment, "landing-alone")
     queries.ensure_tables(spark, settings)
     batches = _batches(spark, records)
@@ -225,9 +225,9 @@ def _statistics(settings) -> set[str]:
 
 
 def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, folded):
-    """raw_events' files carry min/max statistics on event_time and ingested_at alone, whichever writer
-    wrote them (delta-rs for the fold with views, Spark's for landing alone), and a raw_events
-    created without that setting gets it when the speed layer starts."""
+    """raw_events' files carry min/max statistics on event_time and ingested_at alone (written by
+    delta-rs, with views or without), and a raw_events created without that setting gets it when the
+    speed layer starts."""
     assert _statistics(folded) == {"event_time", "ingested_at"}
     schema = spark.read.format("delta").load(catalog.RAW_EVENTS.path(folded)).schema
     spark.createDataFrame([], schema).write.format("delta").partitionBy("event_date").save(
