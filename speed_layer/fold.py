@@ -132,7 +132,7 @@ class Fold:
                              .append_column("dead_lettered_at", dead["ingested_at"])
                              .append_column("dead_letter_date", pc.cast(dead["ingested_at"], pa.date32())),
                              self.dead_schema)
-        too_long = pc.fill_null(pc.greater(dead["size"], self.driver_bytes), False)  # a null record is not
+        too_long = pc.fill_null(pc.greater(dead["size"], self.driver_bytes), False)  # no value: no size
         if not pc.any(too_long).as_py():
             return letters
         again = self._parse(records.where(F.length("value") > self.driver_bytes), ingested_at)
