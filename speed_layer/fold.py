@@ -95,7 +95,10 @@ class Fold:
             finals = late_events.final_through(self.settings, self.views) if self.views else {}
         with _timed(steps, "parse"):
             ingested_at = datetime.now(UTC)
-            rows = delta.to_arrow(events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes))
+            built = events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes)
+        with _timed(steps, "collect"):
+            rows = delta.to_arrow(built)
+        with _timed(steps, "tally"):
             counted = late_events.tallied(rows, self.state.watermark)
             late = late_events.count(counted, self.views, finals, batch_id)
         with _timed(steps, "dead letters"):

@@ -107,11 +107,33 @@ def first_reason(rules: list[tuple[Column, Column]]) -> Column:
     return reason
 
 
+class _Selection:
+    """Columns selected again and again (each micro-batch's parse). In a process's own Spark they are
+    sent to its JVM once, as one sequence: PySpark sends a list of columns one py4j call per column at
+    each select, some 300 calls and 0.1 s of a small micro-batch's parse. (Spark Connect sends a plan
+    whole, when it runs.)"""
+
+    def __init__(self, *columns: Column) -> None:
+        self.columns, self.sequence = columns, None
+
+    def of(self, frame: DataFrame) -> DataFrame:
+        """``frame.select(*columns)``."""
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+
+        if not isinstance(frame, ClassicFrame):
+            return frame.select(*self.columns)
+        if self.sequence is None:
+            jvm = frame.sparkSession._jvm
+            assert jvm is not None  # a classic session's
+            self.sequence = jvm.PythonUtils.toSeq([column._jc for column in self.columns])
+        return ClassicFrame(frame._jdf.select(self.sequence), frame.sparkSession)
+
+
 @lru_cache(maxsize=8)
-def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> tuple[tuple[Column, ...], ...]:
-    """The column lists :func:`parse` selects, one per step; built once per source and limits and
-    reused for every micro-batch (a few hundred expressions: building them again costs the speed
-    layer's driver more than parsing a small micro-batch)."""
+def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds: int) -> tuple[_Selection, ...]:
+    """What :func:`parse` selects, step by step; built once per source and limits and reused for every
+    micro-batch (a few hundred expressions: building them again costs the speed layer's driver more
+    than parsing a small micro-batch)."""
     payload = F.col("value").cast("string")
     # one parse of the JSON: each string field as a variant (its JSON type is checked, its text is a
     # cast), the numbers as text
@@ -146,7 +168,7 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
         F.to_date(event_time).alias("event_date"),
         *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), _opaque(reason).alias("reason"),
     )
-    return fields, texts, columns
+    return _Selection(*fields), _Selection(*texts), _Selection(*columns)
 
 
 def _opaque(column: Column) -> Column:
@@ -173,7 +195,7 @@ def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_hor
     """
     records = records.withColumn("ingested_at", moment(ingested_at or datetime.now(UTC)))
     for step in _parse_steps(source, max_payload_bytes, future_horizon_seconds):
-        records = records.select(*step)
+        records = step.of(records)
     return records
 
 
@@ -188,11 +210,16 @@ def collected(parsed: DataFrame, source: Source, dead_bytes: int) -> DataFrame:
     """Every record of ``parse``'s output as a raw_events row (its payload null if it is invalid), with
     its ``reason``, ``size`` in bytes and, if it is invalid and at most ``dead_bytes`` long, its ``raw``
     bytes: what the speed layer collects of a micro-batch to fold it."""
+    return _collected(source, dead_bytes).of(parsed)
+
+
+@lru_cache(maxsize=8)
+def _collected(source: Source, dead_bytes: int) -> _Selection:
     fine, size = F.col("reason").isNull(), F.length("raw")
-    return parsed.select(*source.columns, "event_date",
-                         *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else c
-                           for c in KAFKA_COLUMNS), "reason", size.alias("size"),
-                         F.when(~fine & (size <= dead_bytes), F.col("raw")).alias("raw"))
+    return _Selection(*map(F.col, (*source.columns, "event_date")),
+                      *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else F.col(c)
+                        for c in KAFKA_COLUMNS), F.col("reason"), size.alias("size"),
+                      F.when(~fine & (size <= dead_bytes), F.col("raw")).alias("raw"))
 
 
 def dead_letters(parsed: DataFrame) -> DataFrame:
