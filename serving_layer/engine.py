@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
 import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from urllib.parse import unquote
 
 import duckdb
@@ -100,15 +101,30 @@ def _appended(before, after):
     return ds.FileSystemDataset(added, after.schema, after.format, after.filesystem)
 
 
-def _partition(values: dict[str, str | None], schema: pa.Schema) -> ds.Expression:
-    """A data file's partition as a dataset expression, from Delta's text of each value (a timestamp's
-    in UTC, without an offset)."""
+def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
+    """What every row of a data file meets, from its Delta add action: its partition values (Delta's
+    text of each, a timestamp's in UTC without an offset), and the range of each time, date and integer
+    column its statistics give (a time's to the millisecond), so that a scan can skip the file."""
     expression = ds.scalar(True)
-    for name, text in values.items():
+    for name, text in add["partitionValues"].items():
         kind = schema.field(name).type
         naive = pa.timestamp(kind.unit) if pa.types.is_timestamp(kind) and kind.tz else kind
         expression &= (ds.field(name).is_null() if text is None
                        else ds.field(name) == pa.scalar(text).cast(naive).cast(kind))
+    stats = json.loads(add.get("stats") or "{}")
+    low, high, nulls = (stats.get(key) or {} for key in ("minValues", "maxValues", "nullCount"))
+    for name in low.keys() & high.keys() & set(schema.names):
+        kind = schema.field(name).type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_integer(kind)):
+            continue
+        try:
+            lowest, highest = pa.scalar(low[name]).cast(kind), pa.scalar(high[name]).cast(kind).as_py()
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # statistics of a form not foreseen: no range
+            continue
+        if pa.types.is_timestamp(kind):
+            highest += timedelta(milliseconds=1)
+        within = (ds.field(name) >= lowest) & (ds.field(name) <= pa.scalar(highest, kind))
+        expression &= within if nulls.get(name) == 0 else within | ds.field(name).is_null()
     return expression
 
 
@@ -162,7 +178,7 @@ class _Table:
         if not adds or before is None:
             return False
         added = [before.format.make_fragment(unquote(add["path"]), before.filesystem,
-                                             partition_expression=_partition(add["partitionValues"], before.schema))
+                                             partition_expression=_guarantee(add, before.schema))
                  for add in adds]
         self.appended = ds.FileSystemDataset(added, before.schema, before.format, before.filesystem)
         self.dataset = ds.FileSystemDataset([*before.get_fragments(), *added], before.schema, before.format,

@@ -274,11 +274,13 @@ def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(sett
 
 def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     """A partitioned table's appended files, read from its new commits alone, carry their partition
-    values (a timestamp, a string, a null): a filter on them reads what delta-rs reads of the table."""
+    values (a timestamp, a string, a null) and their statistics' ranges (a time to the microsecond, an
+    integer, with and without nulls): a filter on them reads what delta-rs reads of the table."""
     path, hour = str(tmp_path / "partials"), datetime(2026, 1, 1, 10, tzinfo=UTC)
 
     def append(i: int) -> None:
-        write_deltalake(path, pa.table({"view": ["a", None], "n": [i, i + 10],
+        write_deltalake(path, pa.table({"view": ["a", None], "n": [i, i + 10], "m": [None, i],
+                                        "at": pa.array([hour.replace(microsecond=999_999 - i), hour], WINDOW),
                                         "window_hour": pa.array([hour, hour.replace(hour=10 + i)], WINDOW)}),
                         mode="append", partition_by=["view", "window_hour"])
 
@@ -288,9 +290,12 @@ def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     append(1)
     assert table.changed() and sorted(table.appended.to_table()["n"].to_pylist()) == [1, 11]
     assert (table.version, table.table.version()) == (1, 0)  # delta-rs did not read the table again
+    assert not list(table.appended.get_fragments(filter=ds.field("at") < pa.scalar(hour, WINDOW)))  # files skipped
     whole = DeltaTable(path).to_pyarrow_dataset()
     for where in (ds.field("view") == "a", ds.field("view").is_null(),
-                  ds.field("window_hour") == pa.scalar(hour.replace(hour=11), WINDOW)):
+                  ds.field("window_hour") == pa.scalar(hour.replace(hour=11), WINDOW),
+                  ds.field("at") >= pa.scalar(hour.replace(microsecond=999_998), WINDOW),
+                  ds.field("m").is_null(), ds.field("m") >= 1):
         assert (sorted(table.dataset.to_table(filter=where)["n"].to_pylist())
                 == sorted(whole.to_table(filter=where)["n"].to_pylist()))
 
