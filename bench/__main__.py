@@ -15,7 +15,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
@@ -148,18 +149,14 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
 
 def _live(root: Path, rates: list[float], seconds: int, markers: int, say) -> tuple[list[live.Fresh], list]:
     """Freshness of the bare stream and of the speed layer at 1,000 events/s, the steady rates, and
-    freshness at half the highest steady rate kept up with."""
-    from infra import services
-
+    freshness at half the highest steady rate kept up with (on a deployment of its own: in an hour the
+    steady runs filled with users, one more user rarely moves a HyperLogLog estimate of them)."""
     bare = _deployment(root, "bare-live", topic_prefix="bare-live-")
     kafka.ensure_topics(bare)
     say(f"freshness of the bare stream: {markers} markers over a steady {FRESH_RATE:,} events/s ...")
     with bare_stream.running(bare):
         fresh = [live.freshness(bare, markers, FRESH_RATE, relations=("raw_events",))]
-    settings = _deployment(root, "live", topic_prefix="live-")
-    kafka.ensure_topics(settings)
-    services.start_speed(settings)
-    try:
+    with _speed_layer(root, "live") as settings:
         say(f"freshness of the speed layer: {markers} markers over a steady {FRESH_RATE:,} events/s ...")
         fresh.append(live.freshness(settings, markers, FRESH_RATE))
         steady = []
@@ -170,11 +167,24 @@ def _live(root: Path, rates: list[float], seconds: int, markers: int, say) -> tu
                 f"{steady[-1].produced_per_second:,.0f} events/s, lag at the end {steady[-1].lag_at_end:,.0f})")
             if not steady[-1].kept_up:
                 break
-        kept = [s.rate for s in steady if s.kept_up]
-        if kept:
+    kept = [s.rate for s in steady if s.kept_up]
+    if kept:
+        with _speed_layer(root, "live-half") as settings:
             say(f"freshness of the speed layer: {markers} markers over a steady {max(kept) / 2:,.0f} events/s ...")
             fresh.append(live.freshness(settings, markers, max(kept) / 2, first=markers))
-        return fresh, steady
+    return fresh, steady
+
+
+@contextmanager
+def _speed_layer(root: Path, name: str) -> Iterator[Settings]:
+    """A deployment ``name`` of its own topics, its speed layer running while the block runs."""
+    from infra import services
+
+    settings = _deployment(root, name, topic_prefix=f"{name}-")
+    kafka.ensure_topics(settings)
+    services.start_speed(settings)
+    try:
+        yield settings
     finally:
         services.stop_speed(settings)
 

@@ -11,8 +11,8 @@ the bottleneck.
   produced over the run (the offsets of its last committed micro-batch), and the true lag at the end
   (the broker's end offsets minus those, from its health report) is at most 5 s of input.
 - **Freshness:** over the same mix by a fixed pool of 200 users, at 1,000 events/s and at half the highest
-  steady rate: after a minute of warm-up no event of the load opens a session or brings a user new to
-  its hour. Markers are then sent one after the other: a new user's purchase of a new product (its own
+  steady rate, each on a deployment of its own: after a minute of warm-up no event of the load opens a
+  session or brings a user new to its hour. Markers are then sent one after the other: a new user's purchase of a new product (its own
   category sent to the products changelog before the load), page view of a new page and search for a
   new query, each a row or an increment of its own in every view. Each view, and raw_events, is polled by
   a thread of its own through `serving_layer.engine.query` (what `lambdalake query` runs) until the

@@ -175,8 +175,9 @@ class _Table:
         """Move to ``version`` by adding the files of ``adds`` (Delta add actions) to the dataset; whether
         that changed it."""
         self.version, before = version, self.dataset
-        if not adds or before is None:
+        if not adds:
             return False
+        assert before is not None  # read on from a version read before
         added = [before.format.make_fragment(unquote(add["path"]), before.filesystem,
                                              partition_expression=_guarantee(add, before.schema))
                  for add in adds]
