@@ -217,7 +217,8 @@ def render(total: int, drains, fresh: list[live.Fresh], steady: list[live.Steady
         f"One more drain with all views (four full collections, for its live heap; "
         f"{total / profiled.seconds:,.0f} events/s, not counted above): seconds per step over the whole drain, "
         f"from the health report's steps of each micro-batch seen ({profiled.batches} micro-batches). The "
-        f"dead_letters, late_events and speed_partials commits overlap in time.",
+        f"dead_letters, late_events and speed_partials commits overlap in time, and so do the views (two at "
+        f"a time).",
         "", "| step | seconds | share |", "|---|---|---|", *step_rows, "",
         *_render_parse(parsed), "",
         "## Steady rate", "", _doc(live).split("- **Steady rate:**")[0].strip(), "",

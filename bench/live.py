@@ -10,17 +10,17 @@ the bottleneck.
   95% of it, counted from Kafka's end offsets), the speed layer processed at least 98% of what was
   produced over the run (the offsets of its last committed micro-batch), and the true lag at the end
   (the broker's end offsets minus those, from its health report) is at most 5 s of input.
-- **Freshness:** over the same mix by a fixed pool of 200 users, at 1,000 events/s and at half the highest
-  steady rate, each on a deployment of its own: after a minute of warm-up no event of the load opens a
-  session or brings a user new to its hour. Markers are then sent one after the other: a new user's purchase of a new product (its own
-  category sent to the products changelog before the load), page view of a new page and search for a
-  new query, each a row or an increment of its own in every view. Each view, and raw_events, is polled by
-  a thread of its own through `serving_layer.engine.query` (what `lambdalake query` runs) until the
-  marker shows; its freshness is the time from the send to the end of the poll that saw it. A poller
-  looks at the Delta log of the table the marker comes through (speed_partials for a view, raw_events
-  for itself) every 10 ms and polls when it changed, and at least every second: seven pollers querying
-  every 100 ms took half a core from the two the speed layer shares with them.
-  A marker waits out the first minute of an hour, in which the pool's users enter it.
+- **Freshness:** over the same mix by a fixed pool of 200 users, at 1,000 events/s and at half the
+  highest steady rate, each on a deployment of its own: after a minute of warm-up no event of the load
+  opens a session or brings a user new to its hour. Markers are then sent one after the other: a new
+  user's purchase of a new product (its own category sent to the products changelog before the load),
+  page view of a new page and search for a new query, each a row or an increment of its own in every
+  view. Each view, and raw_events, is polled by a thread of its own through `serving_layer.engine.query`
+  (what `lambdalake query` runs) until the marker shows; its freshness is the time from the send to the
+  end of the poll that saw it. A poller looks at the Delta log of the table the marker comes through
+  (speed_partials for a view, raw_events for itself) every 10 ms and polls when it changed, and at least
+  every second: seven pollers querying every 100 ms took half a core from the two the speed layer shares
+  with them. A marker waits out the first minute of an hour, in which the pool's users enter it.
 - **The floor:** the same load and markers against the bare Structured Streaming job
   (`bench/bare_stream.py`) writing a raw_events table of its own, polled the same way.
 """
