@@ -13,7 +13,7 @@ with each micro-batch ``n``:
 3. each speed view's partial aggregates of the new events, with the state the view needs (the events
    a click may still follow, the sessions a new event may extend or join: a grown session is
    retracted and added again, so open sessions show and grow): SQL compiled from the view
-   (:mod:`views.sql`), run by the driver's DuckDB over the state it keeps there;
+   (:mod:`views.sql`), run by the driver's DuckDB over the state it keeps there, two views at a time;
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
    (:class:`infra.delta.BatchAppends`), by delta-rs from the driver: dead_letters and late_events
    (while the views are folded) and the partials of every view in one commit to speed_partials, side
@@ -50,6 +50,8 @@ from views.model import Session, View
 #: micro-batch; a longer one is parsed again, and the micro-batch's dead letters written, by Spark
 #: (``Fold(driver_bytes=...)``).
 DRIVER_BYTES = 16 * 2**20
+#: Views folded at once (each on a cursor of the fold's DuckDB).
+VIEW_THREADS = 2
 
 
 class Fold:
@@ -63,6 +65,9 @@ class Fold:
         self.db = duckdb.connect()
         self.db.execute("SET TimeZone = 'UTC'")
         sketches.sketch_functions(self.db)
+        #: A cursor per view, and threads to fold the views side by side.
+        self.cursors = [self.db.cursor() for _ in views]
+        self.pool = ThreadPoolExecutor(VIEW_THREADS, "fold-views")
         self.state = state.restore(self.db, tables.RAW_EVENTS.path(settings), self.source.columns, views,
                                    state.duration(settings.watermark))
         empty = events.parse(spark.createDataFrame([], events.KAFKA_RECORD), self.source,
@@ -159,26 +164,33 @@ class Fold:
         # the ids seen before are found by probing the recent events with the micro-batch's (a semi join
         # hashes its small side), not by hashing every recent id for the anti join, each micro-batch
         seen = f"SELECT event_id FROM {sql.RECENT} WHERE event_id IN (SELECT event_id FROM landed)"
-        self.db.execute(f"CREATE OR REPLACE TEMP TABLE {sql.NEW} AS SELECT * FROM ({firsts}) "
+        self.db.execute(f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) "
                         f"WHERE event_id NOT IN ({seen})", [watermark, watermark])
         self.db.unregister("landed")
 
     def _partials(self, steps: dict[str, float]) -> pa.Table:
-        """Every view's partials of the new events, as rows of the partials table; each view timed."""
+        """Every view's partials of the new events, as rows of the partials table: the views side by side,
+        each on a cursor of the fold's database (a small micro-batch's queries each keep about one core
+        busy); each view timed."""
+        current = {}
         for table in {name for view in self.views for name in compile.dimension_tables(view)}:
             if table in self.dimensions:
                 self.dimensions[table].update_incremental()
             else:
                 self.dimensions[table] = deltalake.DeltaTable(self.settings.table(table))
-            current = self.dimensions[table].to_pyarrow_dataset()
-            self.db.register(sql.dimension(table), current.filter(ds.field("valid_to").is_null()))
-        rows = []
-        for view in self.views:
+            current[sql.dimension(table)] = self.dimensions[table].to_pyarrow_dataset().filter(
+                ds.field("valid_to").is_null())
+
+        def partials(view: View, cursor: duckdb.DuckDBPyConnection) -> pa.Table:
             with _timed(steps, f"view {view.name}"):
+                for name, dimension in current.items():
+                    cursor.register(name, dimension)
                 if isinstance(view.window, Session):
-                    self.db.execute(f"CREATE OR REPLACE TEMP TABLE {sql.touched(view)} AS {sql.touched_sql(view)}")
-                    self.db.execute(f"CREATE OR REPLACE TEMP TABLE {sql.grown(view)} AS {sql.grown_sql(view)}")
-                rows.append(self.db.sql(sql.partials(view)).to_arrow_table())
+                    cursor.execute(f"CREATE OR REPLACE TABLE {sql.touched(view)} AS {sql.touched_sql(view)}")
+                    cursor.execute(f"CREATE OR REPLACE TABLE {sql.grown(view)} AS {sql.grown_sql(view)}")
+                return cursor.sql(sql.partials(view)).to_arrow_table()
+
+        rows = list(self.pool.map(partials, self.views, self.cursors))
         return _conformed(pa.concat_tables(rows, promote_options="permissive"), self.partials_schema)
 
 
