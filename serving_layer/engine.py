@@ -302,8 +302,9 @@ class Engine:
         self._retired -= unused
 
     def _copy_all(self, names: list[str]) -> dict[str, str]:
-        """:meth:`_copy` of each table ``names``, by name. If one does not fit in memory, none is kept and
-        the tables are read anew at the next query (which tries again), not left at their last copy."""
+        """:meth:`_copy` of each table ``names``, by name. If one does not fit in memory, no new copy is
+        kept and the tables are read anew at the next query (which tries again), not left at their last
+        copy."""
         copies: dict[str, str] = {}
         try:
             for name in names:
@@ -320,9 +321,10 @@ class Engine:
 
     def _copy(self, name: str, previous) -> str:
         """Copy the current version of table ``name`` into the database, in window order if it has
-        windows (so that a query for a time skips all but a few row groups); the copy's name, never
-        used before (two tables a view switches between may have versions of one number). A version
-        that only added files to the one copied as ``previous`` is inserted there: its added files."""
+        windows (so that a query for a time skips all but a few row groups); the copy's name. A version
+        that only added files to the one copied as ``previous`` is copied there (its added files
+        inserted); any other gets a name never used before (two tables a view switches between may
+        have versions of one number)."""
         table = self._tables[name]
         assert table.dataset is not None  # only a table with data is copied
         order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
