@@ -251,7 +251,8 @@ def _status(settings, args) -> None:
     dead = rows(settings, tables.DEAD_LETTERS.name, "SELECT reason, count(*) AS records FROM dead_letters "
                                                     "GROUP BY reason ORDER BY records DESC")
     if args.json:
-        print(json.dumps({**asdict(running), "quality": checks, "corrections": off, "late_events": late,
+        print(json.dumps({**asdict(running), "quality": checks.model_dump(),
+                          "corrections": [c.model_dump() for c in off], "late_events": late,
                           "dead_letters": dead, "versions": {view: asdict(v) for view, v in serving.items()}},
                          indent=1, default=str))
         return
@@ -274,18 +275,18 @@ def _status(settings, args) -> None:
           ["view", "day", "events", "last"])
     table(f"dead letters: {sum(r['records'] for r in dead)}", [[r["records"], r["reason"]] for r in dead],
           ["records", "reason"])
-    table(f"data quality (Great Expectations; Data Docs: {checks['data_docs']})",
-          [[suite, f"{c['first_day']}..{c['last_day']}", c["failed"], c["warnings"], c["checked_at"]]
-           for suite, c in checks["suites"].items()],
+    table(f"data quality (Great Expectations; Data Docs: {checks.data_docs})",
+          [[suite, f"{c.first_day}..{c.last_day}", c.failed, c.warnings, c.checked_at]
+           for suite, c in checks.suites.items()],
           ["suite", "days", "failed", "warnings", "checked at"])
     table("batch versions serving the views", [[view, v.label, v.since or "-", v.previous or "-"]
                                                for view, v in serving.items()],
           ["view", "version", "since", "can switch back to"])
     table("corrections (how far provisional speed rows were off when batch made their days final)",
-          [[f"{r['view']}.{r['measure']}", _share(r["mean_relative_difference"]), r["reports"],
-            f"{r['last']['first_day']}..{r['last']['last_day']}", r["last"]["added"], r["last"]["removed"],
-            r["last"]["changed"], r["last"]["difference"], _share(r["last"]["relative_difference"])]
-           for r in off],
+          [[f"{c.view}.{c.measure}", _share(c.mean_relative_difference), c.reports,
+            f"{c.last.first_day}..{c.last.last_day}", c.last.added, c.last.removed, c.last.changed,
+            c.last.difference, _share(c.last.relative_difference)]
+           for c in off],
           ["measure", "mean off", "reports", "last days", "added", "removed", "changed", "off by", "share"])
 
 

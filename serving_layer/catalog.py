@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from deltalake import DeltaTable
@@ -60,13 +60,55 @@ class SpeedHealth(BaseModel):
     last_micro_batch: dict[str, float] | None
 
 
+class SuiteCheck(BaseModel):
+    """A Great Expectations suite's last check: its days, how many critical expectations failed and how
+    many warnings were raised."""
+    checked_at: datetime
+    first_day: date
+    last_day: date
+    failed: int
+    warnings: int
+
+
+class Quality(BaseModel):
+    """Where the Data Docs are, and each suite's last check (by suite name)."""
+    data_docs: str
+    suites: dict[str, SuiteCheck]
+
+
+class RawEventsQuality(BaseModel):
+    """Where the Data Docs are, and raw_events' last check."""
+    data_docs: str
+    raw_events: SuiteCheck | None
+
+
+class CorrectionReport(BaseModel):
+    """One report of how far a measure's provisional speed rows were off when batch made days final."""
+    first_day: date
+    last_day: date
+    added: int
+    removed: int
+    changed: int
+    difference: float
+    relative_difference: float | None
+
+
+class Correction(BaseModel):
+    """A view's measure: how many reports, their mean relative difference, and the last report."""
+    view: str
+    measure: str
+    reports: int
+    mean_relative_difference: float | None
+    last: CorrectionReport
+
+
 class ViewHealth(BaseModel):
     """A view's days, newest window, late events and last data-quality check."""
     final_days: str
     provisional_days: str
     newest_window: datetime | None
     late_events: int
-    last_quality_check: dict[str, Any] | None
+    last_quality_check: SuiteCheck | None
 
 
 class Health(BaseModel):
@@ -76,7 +118,7 @@ class Health(BaseModel):
     speed_rows_written: datetime | None
     speed_rows_age_seconds: float | None
     dead_letters: int
-    quality: dict[str, Any]
+    quality: RawEventsQuality
     views: dict[str, ViewHealth]
 
 
@@ -110,26 +152,25 @@ def rows(settings: Settings, table: str, sql: str) -> list[dict]:
     return [dict(zip(columns, row, strict=True)) for row in found]
 
 
-def quality(settings: Settings) -> dict:
-    """Where the Great Expectations Data Docs are, and each suite's last check: its days, and how
-    many critical expectations failed and how many warnings were raised."""
+def quality(settings: Settings) -> Quality:
+    """Where the Great Expectations Data Docs are, and each suite's last check."""
 
     last = rows(settings, tables.QUALITY_RESULTS.name, (
         "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
         "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
         "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
         "GROUP BY ALL ORDER BY suite"))
-    return {"data_docs": str(settings.data_docs), "suites": {r.pop("suite"): r for r in last}}
+    return Quality(data_docs=str(settings.data_docs), suites={r.pop("suite"): SuiteCheck(**r) for r in last})
 
 
-def corrections(settings: Settings) -> list[dict]:
+def corrections(settings: Settings) -> list[Correction]:
     """Per view, how far its provisional speed rows were off when batch made days final: the last
     report (windows added, removed, changed; each measure's difference) and, over every report, each
     measure's mean relative difference."""
-    return rows(settings, tables.CORRECTIONS.name, (
+    return [Correction(**r) for r in rows(settings, tables.CORRECTIONS.name, (
         "SELECT view, measure, count(*) AS reports, avg(relative_difference) AS mean_relative_difference, "
         "arg_max(struct_pack(first_day, last_day, added, removed, changed, difference, relative_difference), "
-        "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))
+        "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))]
 
 
 def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
@@ -159,7 +200,7 @@ def health(settings: Settings) -> Health:
             final_days=view.final_days, provisional_days=view.provisional_days,
             newest_window=newest[0]["newest"] if newest else None,
             late_events=int((late.get(view.name) or {}).get("events") or 0),
-            last_quality_check=checks["suites"].get(f"view.{view.name}"))
+            last_quality_check=checks.suites.get(f"view.{view.name}"))
     return Health(
         speed_layer=SpeedHealth(running=bool(speed), lag=speed.get("lag"), watermark=speed.get("watermark"),
                                 error=speed.get("error"), problem=services.speed_problem(settings),
@@ -169,5 +210,5 @@ def health(settings: Settings) -> Health:
         speed_rows_written=written,
         speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),
         dead_letters=dead["records"],
-        quality={"data_docs": checks["data_docs"], "raw_events": checks["suites"].get("raw_events")},
+        quality=RawEventsQuality(data_docs=checks.data_docs, raw_events=checks.suites.get("raw_events")),
         views=per_view)

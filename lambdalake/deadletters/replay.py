@@ -8,13 +8,25 @@ like any record (or dead-letters them again). Each replay is recorded in the Del
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.settings import Settings
 from lambdalake.deadletters import queries
-from lambdalake.deadletters.corrections import Replay, Request, plan, read_requests
+from lambdalake.deadletters.corrections import Coordinates, Replay, Request, plan, read_requests
 from views import tables
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did: the dead letters sent to ``topic``, those skipped as already replayed, and
+    those asked for but not found."""
+
+    topic: str
+    sent: list[Coordinates]
+    already_replayed: list[Coordinates]
+    not_found: list[Coordinates]
 
 
 def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
@@ -32,7 +44,7 @@ def _record(settings: Settings, replays: list[Replay]) -> None:
                                                   "corrected": r.corrected} for r in replays])
 
 
-def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> dict:
+def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> Replayed:
     """Send the corrections in ``from_file``, or the raw payloads of the dead letters whose reason
     contains ``reason``, to the events topic, skipping dead letters already replayed; record what
     Kafka acknowledged in dead_letter_replays."""
@@ -55,5 +67,4 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
     if len(sent) < len(chosen.send):
         raise ValueError(f"Kafka acknowledged {len(sent)} of {len(chosen.send)} records (those are recorded as "
                          f"replayed); rerun to send the rest")
-    return {"topic": settings.topic, "sent": [r.letter.at for r in sent],
-            "already_replayed": chosen.already_replayed, "not_found": chosen.not_found}
+    return Replayed(settings.topic, [r.letter.at for r in sent], chosen.already_replayed, chosen.not_found)

@@ -12,6 +12,7 @@ import pytest
 from lambdalake import deadletters as dl
 from lambdalake.deadletters import corrections, queries
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter, Request
+from lambdalake.deadletters.replay import Replayed
 from tests import dead_letter_rows
 from tests.dead_letter_rows import FUTURE, T0
 from views import tables
@@ -102,12 +103,10 @@ def test_dead_letters_are_found_by_reason_or_by_coordinates():
 
 
 def test_renderings():
-    listing = {"reason": None, "by_reason": queries.summary(_connect()), "latest": queries.latest(_connect(), limit=1)}
+    listing = dl.Listing(None, queries.summary(_connect()), queries.latest(_connect(), limit=1))
     text = dl.render_listing(listing)
     assert text.startswith("5 dead letters by reason") and "2026-11-20 09:02:00" in text and "latest 1:" in text
-    empty = {"reason": "x", "by_reason": [], "latest": []}
-    assert dl.render_listing(empty) == "no dead letters whose reason contains 'x'"
-    result = {"topic": "events", "sent": [_at(0, 1)], "already_replayed": [_at(0, i) for i in range(7)],
-              "not_found": []}
+    assert dl.render_listing(dl.Listing("x", [], [])) == "no dead letters whose reason contains 'x'"
+    result = Replayed("events", [_at(0, 1)], [_at(0, i) for i in range(7)], [])
     assert dl.render_replay(result) == ("sent 1 to events; skipped 7 already replayed (events/0/0, events/0/1, "
                                         "events/0/2, events/0/3, events/0/4, and 2 more); 0 not found")
