@@ -38,7 +38,8 @@ JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "sp
 #: The batch layer's target: at most this many times the plain Spark SQL job's time, at each size.
 BATCH_RATIO = 1.2
 #: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
-#: that is not kept up with (a half, 11,400 events/s, was kept up with once the load batched its sends).
+#: that is not kept up with (from a quarter, 5,900 events/s, kept up with on 2 cores where a half was not;
+#: the steps above a half tell how close a run comes to the target of 0.8).
 STEADY_SHARES = (0.25, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25)
 #: Timed runs of each parse in the parse micro-benchmark.
 PARSE_RUNS = 5
