@@ -145,8 +145,7 @@ def _database(settings: Settings) -> dict[str, str]:
         # the same psycopg URL for Airflow's async engine, which would otherwise want asyncpg
         return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url(settings),
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": postgres.url(settings)}
-    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "infra.airflow_sqlite.CONNECT_ARGS"}
+    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}"}
 
 
 def _airflow(*args: str) -> list[str]:
