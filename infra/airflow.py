@@ -279,6 +279,20 @@ def status(settings: Settings) -> dict[str, processes.Service]:
     return result
 
 
+#: The HTTP methods whose call is the same made twice.
+IDEMPOTENT = frozenset({"GET", "PUT", "PATCH", "DELETE"})
+
+
+def _lost_the_lock(method: str, error: BaseException) -> bool:
+    """Whether ``error`` is Airflow on SQLite telling that a call lost the database's lock to another
+    writer, so that making it again is safe: refused before it wrote anything (HTTP 503, "Database is
+    locked", as a backfill's creation is), or an idempotent call that failed with it (HTTP 500, "Database
+    error": two writers in the API server, a pause and a task's start, can hold each other up until
+    SQLite's 5 s timeout fails one)."""
+    return isinstance(error, AirflowError) and (
+        error.status == 503 or (error.status == 500 and method in IDEMPOTENT and "Database error" in str(error)))
+
+
 class AirflowClient:
     """The REST API v2 of a deployment's Airflow, logged in as the settings' admin user (JWT bearer)."""
 
@@ -300,7 +314,14 @@ class AirflowClient:
         return self._token
 
     def request(self, method: str, path: str, **kwargs) -> dict:
-        """Call ``/api/v2<path>`` and return its JSON; log in again once if the token expired."""
+        """Call ``/api/v2<path>`` and return its JSON; log in again once if the token expired. A call that
+        lost SQLite's lock to another writer (:func:`_lost_the_lock`) is made again, a few times, a
+        second or two apart."""
+        again = tenacity.Retrying(retry=tenacity.retry_if_exception(partial(_lost_the_lock, method)),
+                                  stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_random(1, 3), reraise=True)
+        return again(self._request, method, path, **kwargs)
+
+    def _request(self, method: str, path: str, **kwargs) -> dict:
         for attempt in (1, 2):
             token = self._token or self.login()
             response = self._http.request(method, f"{self.url}/api/v2{path}", timeout=30,
@@ -350,13 +371,8 @@ class AirflowClient:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
         Several runs are in flight at once, sharing the batch engine (the DAG's own max_active_runs caps them).
-        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days).
-
-        On SQLite, Airflow refuses a backfill whose creation met another writer (HTTP 503, "Database is
-        locked", nothing created): it is asked again, a few times, a second or two apart."""
-        create = tenacity.Retrying(retry=tenacity.retry_if_exception(lambda e: getattr(e, "status", None) == 503),
-                                   stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_random(1, 3), reraise=True)
-        return create(self.request, "POST", "/backfills", json={
+        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days)."""
+        return self.request("POST", "/backfills", json={
             "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
             "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})
 
