@@ -65,7 +65,7 @@ def healthy(settings: Settings) -> bool:
 
 def start(settings: Settings, timeout: float = 120) -> None:
     """Start the engine (no-op if it runs), wait until it accepts connections and, if it was started
-    here, warm it up (:func:`warm_up`)."""
+    here, warm it up (:func:`warm_up`, unless the setting ``batch_engine_warm_up`` is off)."""
     started = processes.running_pid(settings, NAME) is None
     if started:
         processes.require_free(settings.batch_engine_port, "batch engine")
@@ -75,7 +75,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
                         cwd=settings.home)
     processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
                          alive=lambda: processes.running_pid(settings, NAME) is not None)
-    if started:
+    if started and settings.batch_engine_warm_up:
         warm_up(settings)
 
 
@@ -173,4 +173,5 @@ def watch(settings: Settings) -> str:
         return "healthy"
     stop(settings)
     start(settings)
-    return "restarted: the batch engine was not running or did not answer"
+    warmed = "; warmed up with a rehearsed day" if settings.batch_engine_warm_up else ""
+    return f"restarted: the batch engine was not running or did not answer{warmed}"

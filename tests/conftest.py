@@ -52,6 +52,9 @@ def deployment(tmp_path_factory) -> Settings:
         **PORTS,
         "trigger_seconds": 2, "batch_start_date": (datetime.now(timebase.UTC).date() - timedelta(days=1)).isoformat(),
         "spark_driver_memory": "1g",
+        # an engine's warm-up (33-39 s a start, of which the session makes three) is tested where the
+        # watchdog restarts one (tests/integration/test_batch_engine.py)
+        "batch_engine_warm_up": False,
         "view_modules": list(EXTRA_VIEWS),
         "spark_conf": S3.spark_conf(),
     }))

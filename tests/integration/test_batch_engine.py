@@ -3,9 +3,9 @@
 The recomputes run in processes of their own, as Airflow's tasks do (a Spark Connect session would
 switch pyspark to Connect for the whole test process), against the session's engine: their results
 equal the oracle; killed with ``kill -9`` mid-recompute, the task fails in one line, the watchdog
-brings the engine back, the rerun converges, and a reader of the merged views meanwhile sees each
-view's day as it was or as it became, never a mix; with no engine, the task fails in one line naming
-``lambdalake up``.
+brings the engine back (warmed up with a rehearsed day), the rerun converges, and a reader of the
+merged views meanwhile sees each view's day as it was or as it became, never a mix; with no engine,
+the task fails in one line naming ``lambdalake up``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def test_engine_killed_mid_recompute_fails_the_task_in_one_line_and_the_rerun_co
         assert {name for name in views if same_days(halfway[name], new[name])} and \
             {name for name in views if same_days(halfway[name], before[name])}  # some views replaced, some not yet
 
-        assert engines.watch(batch_engine).startswith("restarted")  # what the watchdog DAG's task runs
+        restarted = engines.watch(batch_engine.with_overrides(batch_engine_warm_up=True))  # the watchdog DAG's task
+        assert restarted.startswith("restarted") and restarted.endswith("warmed up with a rehearsed day")
         assert _run_task(tables) == (0, "")
     finally:
         reading.set()
