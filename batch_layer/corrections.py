@@ -13,6 +13,7 @@ of those hours (a few partitions of ``speed_partials``, read with delta-rs), mer
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
@@ -28,6 +29,19 @@ from views import tables, timebase
 from views.model import View
 
 COUNTS = ("speed_windows", "batch_windows", "added", "removed", "changed")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A view's batch rows against the speed layer's of the same windows (:data:`COUNTS`, in order)."""
+
+    speed_windows: int
+    batch_windows: int
+    added: int
+    removed: int
+    changed: int
+    #: per measure: its absolute difference summed over the windows, and batch's own total
+    measures: dict[str, tuple[float, float]]
 
 
 def compare_sql(view: View, batch: str, speed: str) -> str:
@@ -62,7 +76,7 @@ def _partials(settings: Settings, view: View, start: datetime, end: datetime) ->
                              filter=(ds.field("view") == view.name) & (hours >= start) & (hours < end))
 
 
-def compare(view: View, batch: pa.Table, partials: pa.Table) -> dict:
+def compare(view: View, batch: pa.Table, partials: pa.Table) -> Comparison:
     """Windows of each side, added, removed and changed ones, and per measure (difference, batch total)."""
     with duckdb.connect() as con:
         sketch_functions(con)
@@ -70,21 +84,22 @@ def compare(view: View, batch: pa.Table, partials: pa.Table) -> dict:
         con.register(tables.SPEED_PARTIALS.name, partials)
         speed = f"({speed_sql(view, tables.SPEED_PARTIALS.name)})"
         [found] = con.execute(compare_sql(view, "batch_rows", speed)).fetchall()  # aggregates alone: one row
-    named = dict(zip((*COUNTS, *(f"{kind}_{m.name}" for m in view.measures for kind in "dt")), found, strict=True))
-    return {**{k: named[k] for k in COUNTS},
-            "measures": {m.name: (named[f"d_{m.name}"] or 0.0, named[f"t_{m.name}"] or 0.0) for m in view.measures}}
+    speed_windows, batch_windows, added, removed, changed, *rest = found
+    sums = iter(rest)  # d_m, t_m per measure, in the view's order
+    return Comparison(speed_windows, batch_windows, added, removed, changed,
+                      {m.name: (next(sums) or 0.0, next(sums) or 0.0) for m in view.measures})
 
 
-def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end: datetime) -> dict | None:
+def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end: datetime) -> Comparison | None:
     """Compare ``batch`` (the view's exact rows of ``[start, end)``) with the speed layer's rows of
     those windows and append the report to ``corrections``; None if the speed layer has no rows there."""
     partials = _partials(settings, view, timebase.utc(start), timebase.utc(end))
     found = None if partials is None else compare(view, batch, partials)
-    if found is None or not found["speed_windows"]:
+    if found is None or not found.speed_windows:
         return None
-    counts = [found[k] for k in COUNTS]
+    counts = [getattr(found, k) for k in COUNTS]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
     rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None)
-            for m, (d, t) in found["measures"].items()]
+            for m, (d, t) in found.measures.items()]
     tables.CORRECTIONS.append(settings, rows)
     return found

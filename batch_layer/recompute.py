@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
@@ -27,6 +28,16 @@ from views.model import View
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """What a recompute did to a view: its rows written, the days replaced, and its final days after it
+    (as spans: ``2026-11-19..2026-11-21, 2026-11-23``)."""
+
+    rows: int
+    days: tuple[str, ...]
+    final_days: str
 #: Views a recompute computes at once: one view's Spark job runs on the engine while another's rows
 #: are checked and written in the client (a demo day's recompute on the engine, warm: 3.7-4.0 s one
 #: view at a time, 2.9-3.1 s three at once; the first after the engine's start: 8.8 s, 6.5 s).
@@ -132,7 +143,7 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
 
 def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
                    events: DataFrame | None = None, unique: dict[str, int] | None = None,
-                   raw_events_checked: Future | None = None) -> dict:
+                   raw_events_checked: Future | None = None) -> Recomputed:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
     (lake.versions, :func:`write_days` from ``events``, by default read for this view alone) and
     record those days final."""
@@ -146,10 +157,10 @@ def recompute_view(spark: SparkSession, settings: Settings, view: View, start: d
     final = timebase.spans(ledger.final_days(settings).get(view.name, set()))
     count = sum(per_day.values())
     log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
-    return {"rows": count, "days": [d.isoformat() for d in days], "final_days": final}
+    return Recomputed(count, tuple(d.isoformat() for d in days), final)
 
 
-def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> dict:
+def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> dict[str, Recomputed]:
     """Recompute every view for the days of ``[start, end)`` (whole UTC days) on ``spark`` (a session
     of the batch engine, infra.spark.engine, or the process's own), a few at once (:func:`each_view`),
     each written once raw_events passed its check (:func:`checked_events`; the Data Docs updated once

@@ -135,8 +135,20 @@ def discard(settings: Settings, plan: Plan) -> None:
         storage.delete(tables.batch(view, plan.label).path(settings))
 
 
+@dataclass(frozen=True)
+class Reprocessed:
+    """What a reprocess did to a view: the version it serves now and the one before (None: the view had
+    none), the rows recomputed for the plan's days (``first..last``), and the days it made final."""
+
+    label: str
+    previous: str | None
+    rows: int
+    days: str
+    newly_final: str
+
+
 def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
-            based_on: dict[str, tuple[str, int | None]]) -> dict[str, dict]:
+            based_on: dict[str, tuple[str, int | None]]) -> dict[str, Reprocessed]:
     """Switch every view of ``built`` to its new version in one commit, then record the days it made
     final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
     new tables are deleted (versions.Conflict)."""
@@ -151,13 +163,13 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
         discard(settings, plan)
         raise
     ledger.record(settings, newly, at)
-    return {view: {"label": plan.label,
-                   "previous": versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
-                   "rows": sum(per_day.values()), "days": f"{plan.first}..{plan.last}",
-                   "newly_final": timebase.spans(newly[view])} for view, per_day in built.items()}
+    return {view: Reprocessed(plan.label,
+                              versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
+                              sum(per_day.values()), f"{plan.first}..{plan.last}", timebase.spans(newly[view]))
+            for view, per_day in built.items()}
 
 
-def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, dict]:
+def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, Reprocessed]:
     """Run ``plan`` on ``spark`` (a session of the batch engine): build every view's new version, then switch."""
     known = settings.views
     based_on = versions.snapshot(settings, plan.views)

@@ -53,6 +53,6 @@ with DAG(
 
         first, last = (day_start(date.fromisoformat(day)) for day in days)
         with dags.engine(settings) as spark:
-            return recompute_day(spark, settings, first, last + DAY)
+            return dags.returned(recompute_day(spark, settings, first, last + DAY))
 
     recompute.expand(days=stale_days())

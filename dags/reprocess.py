@@ -66,6 +66,6 @@ with DAG(
         plan = run.plan(settings, params["label"], params["views"], params["start"], params["end"],
                         params["all_history"])
         with dags.engine(settings) as spark:
-            return run.reprocess(spark, settings, plan)
+            return dags.returned(run.reprocess(spark, settings, plan))
 
     reprocess()

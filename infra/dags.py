@@ -4,7 +4,9 @@ to the data-quality reports their docs give."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +29,11 @@ BATCH_PRIORITY, MAINTENANCE_PRIORITY = 10, 1
 
 def default_args(retry_delay: timedelta = timedelta(minutes=1), **more) -> dict:
     return {"owner": OWNER, "retries": 1, "retry_delay": retry_delay, "weight_rule": "absolute", **more}
+
+
+def returned(per_view: Mapping[str, Any]) -> dict[str, dict]:
+    """A task's answer per view (the batch layer's dataclasses) as its XCom: JSON."""
+    return {name: asdict(answer) for name, answer in per_view.items()}
 
 
 def engine(settings: Settings) -> AbstractContextManager:

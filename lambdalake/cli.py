@@ -234,8 +234,8 @@ def _reprocess(settings, args) -> None:
     with sparks.engine(settings) as spark:
         done_per_view = reprocess.reprocess(spark, settings, plan)
     for view, built in done_per_view.items():
-        print(f"{view}: serving {built['label']} (was {built['previous']}): {built['rows']} rows recomputed for "
-              f"{built['days']}; newly final {built['newly_final']}")
+        print(f"{view}: serving {built.label} (was {built.previous}): {built.rows} rows recomputed for "
+              f"{built.days}; newly final {built.newly_final}")
 
 
 def _status(settings, args) -> None:

@@ -48,8 +48,7 @@ def test_batch_day_equals_oracle_and_rerun_converges(spark, tables, landed):
                 if DAY <= k[0] < DAY + timedelta(days=1)}
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
-    assert summary["rows"] == len(expected)
-    assert summary["final_days"] == str(DAY.date())
+    assert (summary.rows, summary.days, summary.final_days) == (len(expected), (str(DAY.date()),), str(DAY.date()))
 
     recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
@@ -61,13 +60,13 @@ def test_recompute_replaces_only_its_day(spark, tables, landed):
     recompute_view(spark, tables, VIEW, before, DAY)
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + day)
     assert _batch_rows(spark, tables) == {k: v for k, v in everything.items() if before <= k[0] < DAY + day}
-    assert summary["final_days"] == f"{before.date()}..{DAY.date()}"
+    assert summary.final_days == f"{before.date()}..{DAY.date()}"
 
 
 def test_days_are_final_in_whatever_order_they_were_computed(spark, tables, landed):
     recompute_view(spark, tables, VIEW, DAY + timedelta(days=1), DAY + timedelta(days=2))
     summary = recompute_view(spark, tables, VIEW, DAY - timedelta(days=1), DAY)
-    assert summary["final_days"] == f"{(DAY - timedelta(days=1)).date()}, {(DAY + timedelta(days=1)).date()}"
+    assert summary.final_days == f"{(DAY - timedelta(days=1)).date()}, {(DAY + timedelta(days=1)).date()}"
 
 
 def test_without_raw_events_nothing_is_written(spark, tables):

@@ -80,7 +80,7 @@ def test_reprocess_builds_aside_switches_both_views_in_one_commit_and_switches_b
     assert _pointer_commits(tables) == 1  # both views switched in one commit
     assert {name: version.label for name, version in versions.describe(tables, VIEWS).items()} == {
         name: "v2" for name in VIEWS}
-    assert summary[PAGE_VIEWS.name]["previous"] == versions.INITIAL
+    assert (summary[PAGE_VIEWS.name].label, summary[PAGE_VIEWS.name].previous) == ("v2", versions.INITIAL)
     after = _merged(tables, PAGE_VIEWS.name)
     assert after == _exact(seen + more, NEXT_DAY) != before[PAGE_VIEWS.name]  # the 20th recomputed, the 19th copied
     for name in VIEWS:
