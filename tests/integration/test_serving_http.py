@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 import requests
 
-from batch_layer.recompute import recompute_view
+from batch_layer.recompute import recompute_day
 from domains.clickstream import generator
 from domains.sample import Mix
 from infra import processes, services
@@ -46,8 +46,7 @@ def served(spark, deployment, tmp_path_factory):
     views = settings.views
     queries.ensure_tables(spark, settings)
     Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
-    for view in views.values():
-        recompute_view(spark, settings, view, DAY, DAY + timedelta(days=1))
+    recompute_day(spark, settings, DAY, DAY + timedelta(days=1))
     services.start_serving(settings)
     yield settings
     processes.stop(settings, services.SERVING)
