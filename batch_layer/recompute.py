@@ -28,6 +28,10 @@ from views.model import View
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+#: Views a recompute computes at once: one view's Spark job runs on the engine while another's rows
+#: are checked and written in the client (a demo day's recompute on the engine, warm: 3.7-4.0 s one
+#: view at a time, 2.9-3.1 s three at once; the first after the engine's start: 8.8 s, 6.5 s).
+VIEWS_AT_ONCE = 3
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,6 @@ class Recomputed:
     rows: int
     days: tuple[str, ...]
     final_days: str
-#: Views a recompute computes at once: one view's Spark job runs on the engine while another's rows
-#: are checked and written in the client (a demo day's recompute on the engine, warm: 3.7-4.0 s one
-#: view at a time, 2.9-3.1 s three at once; the first after the engine's start: 8.8 s, 6.5 s).
-VIEWS_AT_ONCE = 3
 
 
 def _literal(moment: datetime) -> str:
