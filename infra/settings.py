@@ -80,7 +80,9 @@ class Settings:
     #: maintenance tasks send their work to, on 127.0.0.1.
     batch_engine_port: int = 15002
     #: Whether a batch engine that starts first rehearses a generated day (infra.batch_engine.warm_up)
-    #: before it takes tasks: 33-39 s more per start, for a first task some 2 s faster.
+    #: before it takes tasks: 33-39 s more per start, after which the first runs find its paths compiled
+    #: (a demo day's first recompute: 8.9 s without, 6.7 s with; a cold engine's first runs of the
+    #: end-to-end test took about a minute more in all).
     batch_engine_warm_up: bool = True
     #: The standalone master's web UI; its workers' are the next two ports.
     spark_ui_port: int = 8090
