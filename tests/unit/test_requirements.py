@@ -70,12 +70,13 @@ def test_every_imported_package_is_listed_and_every_listed_one_imported():
     assert sorted(name for name, modules in listed.items() if not modules & imported) == []
 
 
-def test_the_lock_pip_and_the_build_backend_are_exact_pins_of_what_built_this_venv():
-    """Every line of requirements.txt is ``name==version``; the Makefile installs pip at this venv's version;
-    pyproject.toml builds lambdalake with the setuptools that built the installed lambdalake."""
+def test_the_lock_pip_uv_and_the_build_backend_are_exact_pins_of_what_built_this_venv():
+    """Every line of requirements.txt is ``name==version``; the Makefile installs pip and uv at this venv's
+    versions; pyproject.toml builds lambdalake with the setuptools that built the installed lambdalake."""
     lock = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
     assert [line for line in lock if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9_.+!-]*", line)] == []
-    assert re.findall(r"-m pip install -q (pip\S*)", (REPO / "Makefile").read_text()) == [f"pip=={version('pip')}"]
+    assert re.findall(r"-m pip install -q (pip\S*) (uv\S*)", (REPO / "Makefile").read_text()) == [
+        (f"pip=={version('pip')}", f"uv=={version('uv')}")]
     build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
     # the installed one, not the egg-info the editable build leaves in the repository (no WHEEL there)
     [wheel] = filter(None, (found.read_text("WHEEL") for found in distributions(name="lambdalake")))
