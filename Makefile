@@ -6,24 +6,25 @@ UV      := .venv/bin/uv pip
 MVN     := mvn -q -B -s $(CURDIR)/infra/jvm/settings.xml
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup lint demo test test-fast bench up down status postgresql
+.PHONY: setup lint demo test test-fast bench up down status debian
 
 SUDO    := $(if $(filter 0,$(shell id -u)),,sudo)
-# Any version's initdb that Debian's PostgreSQL installed (none: it is installed by setup).
+# Two steps at a time: the venv beside the jars, then the class archive beside the lint.
+MAKEFLAGS += --jobs=2
+
+# Any version's initdb that Debian's PostgreSQL installed.
 INITDB  := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb))
+# What setup installs from Debian, of what is missing: the headless Chromium and its WebDriver, for the
+# browser tests (the dashboard, the Airflow UI); PostgreSQL's server, for Airflow's metadata database
+# when the setting airflow_database is "postgresql" (infra/postgres.py; the tests run one).
+DEBIAN  := $(if $(wildcard /usr/bin/chromedriver),,chromium chromium-driver) $(if $(INITDB),,postgresql)
 
-setup: .venv/.installed $(JARS)/.resolved .cache/spark-classes.jsa /usr/bin/chromedriver $(if $(INITDB),,postgresql)
+setup: .venv/.installed $(JARS)/.resolved .cache/spark-classes.jsa $(if $(strip $(DEBIAN)),debian)
 
-# Debian's headless Chromium and its WebDriver, for the browser tests (the dashboard, the Airflow UI).
-/usr/bin/chromedriver:
+# One apt-get for all of them (two at once would wait on each other's lock).
+debian:
 	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
-
-# Debian's PostgreSQL server, for Airflow's metadata database when the setting airflow_database is
-# "postgresql" (infra/postgres.py; the tests run one).
-postgresql:
-	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN)
 
 .venv/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv
