@@ -256,7 +256,7 @@ class Engine:
         self._retired: set[str] = set()
         #: Queries that passed the sandbox's check, with the relations they were checked against.
         self._passed: dict[str, set[str]] = {}
-        #: Queries parsed so far, with the relations each names (:func:`sandbox.named`).
+        #: Queries parsed so far, with the relations each names (:func:`sandbox.named`; None if it did not parse).
         self._reads: dict[str, set[str] | None] = {}
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
@@ -349,23 +349,29 @@ class Engine:
         partials = self._tables[tables.SPEED_PARTIALS.name].dataset
         return merged_views(self._views, set(registered), set(partials.schema.names) if partials else set())
 
-    def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> set[str] | None:
+    def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
-        or names a relation the engine does not know: the error lists those it knows)."""
+        or names a relation the engine does not know: the error lists those it knows), and its parsed
+        tree if it was parsed now (:func:`sandbox.parse`)."""
+        tree = None
         try:
             names = self._reads[sql]
         except KeyError:
-            names = sandbox.named(con, sql)
+            try:
+                tree = sandbox.parse(con, sql)
+                names = sandbox.named(tree)
+            except sandbox.QueryError:
+                names = None
             if len(self._reads) >= PASSED:
                 self._reads.clear()
             self._reads[sql] = names
         views = {name.lower(): name for name in self._views}
         known = {name.lower(): name for name in self._tables}
         if names is None or not names <= views.keys() | known.keys():
-            return None
+            return None, tree
         merged = {tables.SERVING_STATE.name, tables.SERVING_VERSIONS.name, tables.SPEED_PARTIALS.name}
         return {table for name in names for table in (
-            {batch_relation(views[name]), *merged} if name in views else {known[name]})}
+            {batch_relation(views[name]), *merged} if name in views else {known[name]})}, tree
 
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
@@ -374,7 +380,7 @@ class Engine:
         with self._lock:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
         try:
-            reads = self._read_by(cursor.con, sql)
+            reads, tree = self._read_by(cursor.con, sql)
             with self._lock:
                 state = self._refresh(reads)
                 self._running[state] += 1
@@ -385,7 +391,7 @@ class Engine:
             cursor.sync(state)
             known = state.tables.keys() | state.views.keys()
             if self._passed.get(sql) != known:
-                sandbox.check(cursor.con, sql, known)
+                sandbox.check(cursor.con, sql, known, tree)
                 if len(self._passed) >= PASSED:
                     self._passed.clear()
                 self._passed[sql] = known

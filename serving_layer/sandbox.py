@@ -2,7 +2,7 @@
 
 Enforced twice. The database cannot reach files, the network, extensions or its own settings
 (:func:`connect`), and every request is checked with DuckDB's own parser before it runs
-(:func:`check`): one SELECT statement whose FROM items are the engine's views and tables, CTEs,
+(:func:`parse`, :func:`check`): one SELECT statement whose FROM items are the engine's views and tables, CTEs,
 subqueries, VALUES and the generator functions in :data:`TABLE_FUNCTIONS`. :func:`run` stops a
 query at its time limit and refuses a result beyond its row limit; the database refuses a query that
 needs more than its memory limit (it never spills to disk).
@@ -70,17 +70,21 @@ def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
                       f"narrow the query with WHERE or aggregate")
 
 
-def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
-    """Raise :class:`QueryError` unless ``sql`` is one SELECT over the relations ``known`` (and its
-    own CTEs), using no table function but :data:`TABLE_FUNCTIONS`."""
-    try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as exc:  # DuckDB's depth limit says to raise it, which no query here can do
-        raise QueryError(TOO_DEEP if "expression depth" in str(exc) else _one_line(exc)) from None
-    if len(statements) != 1:
-        raise QueryError(f"one SQL statement per query, got {len(statements)}")
-    if statements[0].type != duckdb.StatementType.SELECT:
-        raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
+#: The longest query text the sandbox parses, in characters: far more than a person or a dashboard
+#: writes, and at most about half a second of DuckDB's parser for the deepest nest of parentheses.
+MAX_SQL_CHARS = 100_000
+
+
+def parse(con: duckdb.DuckDBPyConnection, sql: str) -> dict:
+    """``sql`` as DuckDB's parser reads it (``json_serialize_sql``: its statements, each a SELECT); a
+    :class:`QueryError` in one line if it is too long, does not parse, or holds anything but SELECTs.
+
+    The parser runs without holding Python's global lock (``extract_statements`` held it: a server's
+    every request waited the second a nest of 100,000 parentheses took to refuse); only a statement
+    that parsed but is not a SELECT is read again, to name it."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryError(f"refused: the query is {len(sql):,} characters long, over the limit of "
+                         f"{MAX_SQL_CHARS:,}; write it shorter")
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     except RecursionError:  # the decoder's depth: far past any query a person writes
@@ -89,20 +93,30 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str]) -> None:
         raise _needs_memory(con) from None
     except duckdb.Error as exc:
         raise QueryError(_one_line(exc)) from None
-    if tree["error"]:
-        raise QueryError(_one_line(tree["error_message"]))
-    _walk(tree["statements"], {name.lower() for name in known}, known)
+    if not tree["error"]:
+        return tree
+    message = tree["error_message"]
+    if "expression depth" in message:  # DuckDB's limit says to raise it, which no query here can do
+        raise QueryError(TOO_DEEP)
+    if not message.startswith("Only SELECT statements"):
+        raise QueryError(_one_line(f"Parser Error: {message}"))
+    statements = con.extract_statements(sql)
+    if len(statements) != 1:
+        raise QueryError(f"one SQL statement per query, got {len(statements)}")
+    raise QueryError(f"only SELECT queries run here, not {statements[0].type.name}")
 
 
-def named(con: duckdb.DuckDBPyConnection, sql: str) -> set[str] | None:
-    """The relation names (lower case) that ``sql`` reads from, besides its CTEs; None if it does not
-    parse (:func:`check` says why)."""
-    try:
-        tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
-    except (duckdb.Error, RecursionError):
-        return None
-    if tree["error"]:
-        return None
+def check(con: duckdb.DuckDBPyConnection, sql: str, known: set[str], tree: dict | None = None) -> None:
+    """Raise :class:`QueryError` unless ``sql`` (its :func:`parse` ``tree`` if parsed already) is one
+    SELECT over the relations ``known`` (and its own CTEs), using no table function but :data:`TABLE_FUNCTIONS`."""
+    statements = (tree or parse(con, sql))["statements"]
+    if len(statements) != 1:
+        raise QueryError(f"one SQL statement per query, got {len(statements)}")
+    _walk(statements, {name.lower() for name in known}, known)
+
+
+def named(tree: dict) -> set[str]:
+    """The relation names (lower case) that the :func:`parse` ``tree`` of a query reads from, besides its CTEs."""
     found: set[str] = set()
     ctes: set[str] = set()
     stack = [tree["statements"]]

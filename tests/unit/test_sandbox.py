@@ -185,9 +185,19 @@ def test_deeply_nested_queries_are_answered_or_refused_in_one_line(settings):
     decoder or DuckDB's parser reads is refused in one line, one within it is checked and answered."""
     assert engine.query(settings, "SELECT " + "abs(" * 300 + "-1" + ")" * 300)[1] == [(1,)]
     assert engine.query(settings, "SELECT " + " + ".join(["1"] * 300))[1] == [(300,)]
-    for deep in ("SELECT " + "abs(" * 900 + "-1" + ")" * 900, "SELECT " + "(" * 100_000 + "1" + ")" * 100_000):
+    for deep in ("SELECT " + "abs(" * 900 + "-1" + ")" * 900, "SELECT " + "(" * 49_000 + "1" + ")" * 49_000):
         with pytest.raises(QueryError, match=r"^refused: expressions nested too deeply; write the query flatter$"):
             engine.query(settings, deep)
+
+
+def test_a_query_longer_than_the_limit_is_refused_unparsed(settings):
+    longest = "SELECT " + " + ".join(["1"] * 20_000)
+    longest += " " * (sandbox.MAX_SQL_CHARS - len(longest))
+    with pytest.raises(QueryError, match=r"^refused: expressions nested too deeply"):  # parsed: at the limit
+        engine.query(settings, longest)
+    with pytest.raises(QueryError, match=r"^refused: the query is 100,001 characters long, over the limit of "
+                                         r"100,000; write it shorter$"):
+        engine.query(settings, longest + " ")
 
 
 def test_errors_name_the_known_tables(settings):
@@ -209,7 +219,8 @@ def test_the_engine_sees_new_versions_and_new_tables(settings):
 def test_a_query_opens_again_only_the_tables_it_reads(settings):
     """A view's query does not wait for a new version of raw_events, which it does not read; the next
     query that reads raw_events (here through a CTE) sees it."""
-    assert sandbox.named(duckdb.connect(), "WITH e AS (SELECT n FROM raw_events) SELECT * FROM e, X") == {
+    con = duckdb.connect()
+    assert sandbox.named(sandbox.parse(con, "WITH e AS (SELECT n FROM raw_events) SELECT * FROM e, X")) == {
         "raw_events", "x"}
     raw_events = engine._engine(settings)._tables["raw_events"]
     assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
