@@ -481,6 +481,10 @@ def _views(differing: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in differing.items())
 
 
+def _ms(seconds: list[float], q: float) -> str:
+    return f"{live.percentile(seconds, q) * 1000:,.1f} ms"
+
+
 def render_reliability(kills: list[reliability.Kills], batch_kill: reliability.BatchKill, hostile: reliability.Hostile,
                        queries: reliability.Queries, soak: reliability.Soak, command: str, date: str,
                        minutes: float) -> str:
@@ -515,10 +519,12 @@ def render_reliability(kills: list[reliability.Kills], batch_kill: reliability.B
         f"that failed: {' / '.join(f'`{r.rerun_error}`' for r in rounds if r.rerun_error) or 'none'}.", "",
         f"Hostile queries: {reliability.BAD_CLIENTS} clients sending the queries below for "
         f"{reliability.QUERY_SECONDS} s through `POST /query` while {reliability.POINT_CLIENTS} clients sent "
-        f"{len(points):,} point queries: p50 {live.percentile(points, 0.5) * 1000:,.1f} ms, p99 "
-        f"{live.percentile(points, 0.99) * 1000:,.1f} ms (target ≤ 50 ms: "
-        f"{_met(live.percentile(points, 0.99) <= 0.05)}), {queries.point_errors} failed; the server answered its "
-        f"health check throughout: {'yes' if queries.server_up else '**no**'}.", "",
+        f"{len(points):,} point queries back to back: p50 {_ms(points, 0.5)}, p99 {_ms(points, 0.99)} (target "
+        f"≤ 50 ms: {_met(live.percentile(points, 0.99) <= 0.05)}); the same clients alone just before, "
+        f"{len(queries.alone):,} point queries: p50 {_ms(queries.alone, 0.5)}, p99 {_ms(queries.alone, 0.99)} "
+        f"(p99 beside the bad clients {live.percentile(points, 0.99) / live.percentile(queries.alone, 0.99):.2f}x "
+        f"alone); {queries.point_errors} point queries failed; the server answered its health check throughout: "
+        f"{'yes' if queries.server_up else '**no**'}.", "",
         "| bad query | sent | outcomes (HTTP status: the one-line error) |", "|---|---|---|", *outcomes, "",
         *_render_soak(soak), "",
         "### Run", "", *_run(command, date, minutes), "",

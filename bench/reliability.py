@@ -40,9 +40,10 @@ settings.
   the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
   current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
-  outside the sandbox through `POST /query`, while others send point queries: each bad query must be
-  stopped or refused with a one-line error, the server must stay up, and the point queries' p99 is
-  reported against 50 ms.
+  outside the sandbox through `POST /query`, while others send point queries back to back: each bad
+  query must be stopped or refused with a one-line error, the server must stay up, and the point
+  queries' p99 is reported against 50 ms and against the same clients' alone (the baseline, run just
+  before the bad clients start).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ SEND_RATE = 2_500
 BACKFILLED, BACKFILL_DAYS, ORCHESTRATOR_KILLS = "batch_recompute", 10, 3
 #: Seconds between two polls of the speed layer's watchdog during the broker kill.
 WATCH_EVERY = 10
-#: Seconds the hostile-query clients run.
+#: Seconds the hostile-query clients run; before them, the point clients run alone (the baseline) for
+#: a third of that.
 QUERY_SECONDS = 90
 BAD_CLIENTS, POINT_CLIENTS = 20, 8
 #: The soak's figures are given per this many seconds; each of its clients sends a query this often.
@@ -216,7 +218,9 @@ class Soak:
 class Queries:
     #: Per bad query: its name -> (times sent, outcomes: one-line HTTP error detail -> count).
     bad: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    #: Seconds each point query took beside the bad clients, and alone (before they started).
     points: list[float] = field(default_factory=list)
+    alone: list[float] = field(default_factory=list)
     point_errors: int = 0
     server_up: bool = True
 
@@ -689,12 +693,36 @@ def _outcome(url: str, sql: str) -> str:
 
 
 def hostile_queries(settings: Settings, say) -> Queries:
-    """:data:`BAD_CLIENTS` clients cycling through :data:`BAD_QUERIES` and :data:`POINT_CLIENTS`
-    clients sending point queries of one page's minute, for :data:`QUERY_SECONDS`."""
+    """:data:`POINT_CLIENTS` clients sending point queries of one page's minute back to back, alone for a
+    third of :data:`QUERY_SECONDS`, then beside :data:`BAD_CLIENTS` clients cycling through
+    :data:`BAD_QUERIES` for :data:`QUERY_SECONDS`."""
     services.start_serving(settings)
     url = settings.serve_url + "query"
     _, keys = engine.query(settings, "SELECT page, window_start FROM page_views_per_minute LIMIT 1000")
-    result, lock, stop = Queries(), threading.Lock(), time.monotonic() + QUERY_SECONDS
+    result, lock = Queries(), threading.Lock()
+
+    def points(seconds: float, found: list[float]) -> list[threading.Thread]:
+        stop = time.monotonic() + seconds
+
+        def point(client: int) -> None:
+            rng = random.Random(client)
+            while time.monotonic() < stop:
+                page, minute = rng.choice(keys)
+                began = time.perf_counter()
+                outcome = _outcome(url, f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
+                                        f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
+                with lock:
+                    found.append(time.perf_counter() - began)
+                    result.point_errors += outcome != ANSWERED
+
+        return [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
+
+    alone = points(QUERY_SECONDS / 3, result.alone)
+    for thread in alone:
+        thread.start()
+    for thread in alone:
+        thread.join()
+    stop = time.monotonic() + QUERY_SECONDS
 
     def bad(client: int) -> None:
         names = list(BAD_QUERIES)
@@ -708,24 +736,14 @@ def hostile_queries(settings: Settings, say) -> Queries:
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
                 result.bad[name] = (sent + 1, outcomes)
 
-    def point(client: int) -> None:
-        rng = random.Random(client)
-        while time.monotonic() < stop:
-            page, minute = rng.choice(keys)
-            began = time.perf_counter()
-            outcome = _outcome(url, f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
-                                    f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
-            with lock:
-                result.points.append(time.perf_counter() - began)
-                result.point_errors += outcome != ANSWERED
-
     threads = [threading.Thread(target=bad, args=(i,)) for i in range(BAD_CLIENTS)]
-    threads += [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
+    threads += points(QUERY_SECONDS, result.points)
     for thread in threads:
         thread.start()
     while any(t.is_alive() for t in threads):
         result.server_up &= services.serving_healthy(settings)
         time.sleep(2)
-    say(f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries")
+    say(f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries beside "
+        f"them, {len(result.alone):,} alone before")
     processes.stop(settings, services.SERVING)
     return result
