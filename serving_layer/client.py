@@ -19,9 +19,13 @@ class Rows(BaseModel):
     rows: list[list]
 
 
+#: Rows as JSON values (built once: building one costs more than a point query's rows).
+_ROWS = TypeAdapter(list[list])
+
+
 def sent(columns: list[str], rows: list[tuple]) -> Rows:
     """An engine's answer with its values as the API sends them (times in ISO 8601, numbers as JSON's)."""
-    return Rows(columns=columns, rows=TypeAdapter(list[list]).dump_python([list(row) for row in rows], mode="json"))
+    return Rows(columns=columns, rows=_ROWS.dump_python([list(row) for row in rows], mode="json"))
 
 
 def query(settings: Settings, sql: str) -> Rows | None:
