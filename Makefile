@@ -56,7 +56,7 @@ lint: .venv/.installed
 	$(PY) -m mypy
 
 test: setup lint
-	$(PY) -m pytest -q --durations=12
+	$(PY) -m pytest -q --durations=12 -n 2 --no-loadscope-reorder
 
 test-fast: setup lint
 	$(PY) -m pytest -q tests/unit -m "not processes"

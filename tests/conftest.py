@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from infra import batch_engine as engines
 from infra import kafka, spark_cluster
@@ -26,8 +28,9 @@ logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter outl
 #: The modules of views declared only in the test suite; every test deployment has them.
 EXTRA_VIEWS = ("tests.extra_view",)
 #: Ports of the test deployment (beside a demo's); LAMBDALAKE_TEST_PORT_SHIFT moves them all, so that
-#: two test runs on one machine do not meet.
-SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0"))
+#: two test runs on one machine do not meet, and each xdist worker (gw0, gw1, ...) has its own 500 more.
+SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0")) + 500 * int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
          "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT, "batch_engine_port": 25002 + SHIFT,
          "airflow_database_port": 15433 + SHIFT}
@@ -42,6 +45,42 @@ os.environ.update(S3.environment())
 #: Days of history the end-to-end test produces before today: all but the last are backfilled from the
 #: Airflow UI; the batch DAG starts yesterday, so its scheduler catches up the last one by itself.
 HISTORY_DAYS = 2
+
+
+#: The test files that need the session's batch engine (and the Airflow on it): ``make test``'s two xdist
+#: workers run them on one worker, so that neither starts twice (:class:`Lanes`).
+ON_THE_ENGINE = frozenset({"tests/e2e/test_pipeline.py", "tests/integration/test_airflow.py",
+                           "tests/integration/test_airflow_kill.py", "tests/integration/test_airflow_postgres.py",
+                           "tests/integration/test_batch_engine.py", "tests/integration/test_quality_connect.py"})
+
+
+def _lane(nodeid: str) -> str:
+    """A test's lane: the engine's (:data:`ON_THE_ENGINE`), or its own file's."""
+    path = nodeid.split("::")[0]
+    return "engine" if path in ON_THE_ENGINE else path
+
+
+class Lanes(LoadScopeScheduling):
+    """xdist's scheduler for ``make test`` (``-n 2 --no-loadscope-reorder``): each lane runs whole on one
+    worker, in the order of the collection."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return _lane(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Lanes:
+    return Lanes(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The lanes with a ``slow`` test first, so that the two workers end together; a test on the engine
+    outside :data:`ON_THE_ENGINE` is an error."""
+    stray = [item.nodeid for item in items
+             if "batch_engine" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"]
+    if stray:
+        raise pytest.UsageError(f"{stray[0]} needs the batch engine: add its file to ON_THE_ENGINE (tests/conftest.py)")
+    slow = {_lane(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _lane(item.nodeid) not in slow)
 
 
 @pytest.fixture(scope="session")
