@@ -70,14 +70,16 @@ def test_produce_products_publishes_the_changelog(tmp_path, broker):
     settings = _deployment(tmp_path, broker)
     done = _produce(settings, "--days", "1", "--per-day", "50", "--changelog")
     assert done.returncode == 0, done.stderr
-    consumer = KafkaConsumer(settings.topic_of("products"), bootstrap_servers=settings.kafka_bootstrap,
+    topic = settings.topic_of("products")
+    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000)
     records = list(consumer)
     consumer.close()
     deletions = [r for r in records if r.value is None]
     created = {json.loads(r.value)["product_id"] for r in records if r.value is not None}
     assert created == set(PRODUCTS[:-UNLISTED]) and all(r.key for r in records)
-    assert f"{len(deletions)} deletions" in done.stdout and len(records) > len(created)
+    assert f"changelog: sent {len(records)} to {topic}: {len(deletions)} deletions" in done.stdout
+    assert deletions and len(records) - len(deletions) > len(created)  # creations, changes and deletions
 
 
 def test_produce_says_how_many_records_kafka_did_not_acknowledge(tmp_path, broker):
