@@ -19,8 +19,6 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from infra.settings import Settings
 from lake.merge import speed_sql
@@ -65,11 +63,9 @@ def compare_sql(view: View, batch: str, speed: str) -> str:
 
 def _partials(settings: Settings, view: View, start: datetime, end: datetime) -> pa.Table | None:
     """The speed layer's partials of ``view`` for the hours of ``[start, end)``, or None if it has none."""
-    try:
-        partials = DeltaTable(tables.SPEED_PARTIALS.path(settings)).to_pyarrow_dataset()
-    except TableNotFoundError:
-        return None
-    if view.name not in partials.schema.names:
+    table = tables.SPEED_PARTIALS.opened(settings)
+    partials = None if table is None else table.to_pyarrow_dataset()
+    if partials is None or view.name not in partials.schema.names:
         return None
     hours = ds.field("window_hour")
     return partials.to_table(columns=["view", "window_hour", view.name],

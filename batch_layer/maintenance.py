@@ -25,13 +25,13 @@ from urllib.parse import unquote
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import TableNotFoundError
 from fsspec.core import url_to_fs
 from pyspark.sql import SparkSession
 
 from infra import delta, storage
 from infra.airflow import parsing_logs, task_logs
 from infra.settings import Settings
+from views.tables import opened
 
 #: A file below this size is small: OPTIMIZE packs such files together. Spark reads a table in splits of
 #: up to 128 MB (``spark.sql.files.maxPartitionBytes``), so a file that large already fills a read task,
@@ -54,14 +54,6 @@ def _sql(table: str) -> str:
     return "delta.`" + table.replace("`", "``") + "`"
 
 
-def _log(table: str) -> deltalake.DeltaTable | None:
-    """The table's log as delta-rs reads it; None for a folder without a first commit (being created)."""
-    try:
-        return deltalake.DeltaTable(table)
-    except TableNotFoundError:
-        return None
-
-
 def _has_small_files(log: deltalake.DeltaTable) -> bool:
     """Whether a partition of the table holds two files or more below :data:`SMALL_FILE_BYTES`, the ones
     OPTIMIZE packs (it leaves a partition's lone small file as it is)."""
@@ -78,7 +70,7 @@ def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES))
     done = {}
     for table in tables(settings):
-        log = _log(table)
+        log = opened(table)  # None: a folder without a first commit (being created)
         if log is None or not _has_small_files(log):
             continue
         [report] = spark.sql(f"OPTIMIZE {_sql(table)}").collect()  # one row: the table's path and metrics
@@ -156,7 +148,7 @@ def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
     properties, retention = delta.retention_properties(settings), settings.vacuum_retention_hours * 3_600
     done = {}
     for table in tables(settings):
-        log = _log(table)
+        log = opened(table)  # None: a folder without a first commit (being created)
         if log is None:
             continue
         _retain(spark, table, log, properties)

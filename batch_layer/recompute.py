@@ -51,7 +51,7 @@ def _literal(moment: datetime) -> str:
 def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     """The catalogue's table ``name`` (raw_events, a dimension)."""
     path = settings.table(name)
-    if not delta.exists(path):
+    if not tables.exists(path):
         raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
                                 f"so that events land before recomputing")
     return spark.read.format("delta").load(path)

@@ -17,8 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -52,11 +50,11 @@ class Plan:
 
 def history(settings: Settings) -> tuple[date, date]:
     """The first and last day of raw_events (read from its partitions, no Spark job)."""
-    path = tables.RAW_EVENTS.path(settings)
-    try:
-        days = [date.fromisoformat(p["event_date"]) for p in DeltaTable(path).partitions()]
-    except TableNotFoundError:
-        raise FileNotFoundError(f"no raw_events table at {path}: start the speed layer (`lambdalake up`)") from None
+    raw_events = tables.RAW_EVENTS.opened(settings)
+    if raw_events is None:
+        raise FileNotFoundError(f"no raw_events table at {tables.RAW_EVENTS.path(settings)}: start the speed "
+                                f"layer (`lambdalake up`)")
+    days = [date.fromisoformat(p["event_date"]) for p in raw_events.partitions()]
     if not days:
         raise ValueError("raw_events has no events yet")
     return min(days), max(days)

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from infra.settings import Settings
+from views.tables import exists, opened
 
 R = TypeVar("R")
 
@@ -53,11 +54,6 @@ def retention_properties(settings: Settings) -> dict[str, str]:
             "delta.logRetentionDuration": _interval(settings.delta_log_retention_days * 86_400)}
 
 
-def exists(path: str) -> bool:
-    """Whether a Delta table is at ``path`` (a folder or URI; delta-rs reads its log, no Spark job)."""
-    return deltalake.DeltaTable.is_deltatable(path)
-
-
 def ensure(path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
            properties: dict[str, str] | None = None) -> None:
     """Create an empty Delta table at ``path`` if there is none (with delta-rs: no Spark job; a Spark
@@ -77,11 +73,8 @@ def ensure(path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str,
 def committed_batch(path: str, app_id: str) -> int:
     """The last micro-batch of ``app_id`` appended to the table at ``path`` (-1 if none), read from the
     newest commits' metadata (delta-rs, no Spark job); asked once when a streaming query starts."""
-    try:
-        history = deltalake.DeltaTable(path).history()
-    except deltalake.exceptions.TableNotFoundError:
-        return -1
-    for commit in history:  # newest first
+    table = opened(path)
+    for commit in [] if table is None else table.history():  # newest first
         mark = json.loads(commit.get("userMetadata") or "{}")
         if isinstance(mark, dict) and mark.get("app") == app_id:
             return int(mark["batch"])
@@ -163,9 +156,8 @@ def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
     no table); rerunning is harmless, and so is a concurrent upsert (:func:`retried`). delta-rs: a
     small table's merge takes no Spark job."""
     def merge() -> None:
-        try:
-            table = deltalake.DeltaTable(path)
-        except deltalake.exceptions.TableNotFoundError:
+        table = opened(path)
+        if table is None:
             deltalake.write_deltalake(path, rows, mode="append")  # a concurrent first write: a race, retried
             return
         (table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")

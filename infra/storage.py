@@ -10,9 +10,9 @@ import json
 import os
 from urllib.parse import urlparse
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from fsspec.core import url_to_fs
+
+from views.tables import opened
 
 LOG = "_delta_log"
 #: The actions of a commit that only adds files (a stream's micro-batch, an append).
@@ -70,11 +70,11 @@ def delete(location: str) -> None:
 def last_written(location: str) -> float:
     """When the table at ``location`` was last written (seconds since the epoch): its newest Delta
     commit, or, with no commit yet (a write under way or failed), its newest file; 0 if it has none."""
-    try:
-        return DeltaTable(location).history(1)[0]["timestamp"] / 1000
-    except TableNotFoundError:
-        fs, path = _fs(location)
-        return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
+    table = opened(location)
+    if table is not None:
+        return table.history(1)[0]["timestamp"] / 1000
+    fs, path = _fs(location)
+    return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
 
 
 def appended(folder: str, version: int) -> tuple[int, list[dict]] | None:

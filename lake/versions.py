@@ -28,7 +28,6 @@ from datetime import date, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 
 from infra import storage
 from infra.settings import Settings
@@ -124,10 +123,8 @@ def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
 
 
 def _version(path: str) -> int | None:
-    try:
-        return DeltaTable(path).version()
-    except TableNotFoundError:
-        return None
+    table = tables.opened(path)
+    return None if table is None else table.version()
 
 
 def snapshot(settings: Settings, views: Iterable[str]) -> dict[str, tuple[str, int | None]]:
@@ -192,7 +189,7 @@ def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedB
     version now serving and the days carried over."""
     rows, views = pointers(settings), list(views)
     back = {v: previous for v in views if v in rows and (previous := rows[v].previous_table)}
-    missing = [v for v in views if v not in back or not DeltaTable.is_deltatable(settings.table(back[v]))]
+    missing = [v for v in views if v not in back or not tables.exists(settings.table(back[v]))]
     if missing:
         raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
                          f"no table before its switch, or past version_retention_days)")

@@ -14,8 +14,6 @@ import sys
 import threading
 from datetime import datetime, timedelta
 
-from deltalake import DeltaTable
-
 from domains import generator, producer
 from domains.sample import counts
 from infra import airflow, credentials, kafka, services
@@ -97,7 +95,7 @@ def deployment(domain_name: str | None) -> Settings:
     if not domain_name or domain_name == settings.domain:
         return settings
     domain(domain_name)  # a known one
-    if DeltaTable.is_deltatable(tables.RAW_EVENTS.path(settings)):
+    if tables.RAW_EVENTS.exists(settings):
         raise ValueError(f"{settings.home} holds the {settings.domain} domain's data; set LAMBDALAKE_HOME to another "
                          f"folder, or delete it with `lambdalake down --purge`")
     return settings.save(domain=domain_name)

@@ -11,8 +11,6 @@ from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pydantic import BaseModel
 
 from infra import batch_engine, services
@@ -175,10 +173,10 @@ def corrections(settings: Settings) -> list[Correction]:
 
 def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
     """When ``table`` was last written (its newest Delta commit), if it exists."""
-    try:
-        [commit] = DeltaTable(table.path(settings)).history(1)
-    except TableNotFoundError:
+    opened = table.opened(settings)
+    if opened is None:
         return None
+    [commit] = opened.history(1)
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 

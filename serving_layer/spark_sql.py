@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from infra import delta
 from infra.settings import Settings
 from lake import versions
 from lake.merge import batch_relation, merged_views
@@ -36,7 +35,7 @@ def session(spark: SparkSession, settings: Settings) -> SparkSession:
     relations = {}
 
     def register(name: str, path: str) -> None:
-        if delta.exists(path):
+        if tables.exists(path):
             relations[name] = sql.read.format("delta").load(path)
             relations[name].createOrReplaceTempView(name)
 

@@ -28,7 +28,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from infra import delta
 from infra.settings import Settings
 from speed_layer import state
 from views import compile, tables, timebase
@@ -84,7 +83,7 @@ def _newest_event(path: str) -> datetime | None:
 def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     """Fold every closed hour that holds more than one partial per window and key; the hours folded per view."""
     path, raw_events = tables.SPEED_PARTIALS.path(settings), tables.RAW_EVENTS.path(settings)
-    if not (delta.exists(path) and delta.exists(raw_events)):
+    if not (tables.exists(path) and tables.exists(raw_events)):
         return {}
     crowded = _crowded_hours(path)
     newest = _newest_event(raw_events) if crowded else None

@@ -1,7 +1,7 @@
 """The table catalogue: every Delta table lambdalake keeps, with its partitioning, its schema (or the
 declaration it is derived from) and, for a table a stream writes, the stream's checkpoint. The layers
-name their tables through it, and read a small table (delta-rs), read one into Spark or append to one
-of fixed columns through its :class:`Table`; ``Settings.table`` says where a name is stored."""
+name their tables through it, and open one's log or read a small one (delta-rs), read one into Spark or
+append to one of fixed columns through its :class:`Table`; ``Settings.table`` says where a name is stored."""
 
 from __future__ import annotations
 
@@ -30,12 +30,18 @@ class Table:
         """Where ``settings``' deployment stores it."""
         return settings.table(self.name)
 
+    def exists(self, settings) -> bool:
+        """:func:`exists` at its :meth:`path`."""
+        return exists(self.path(settings))
+
+    def opened(self, settings) -> DeltaTable | None:
+        """:func:`opened` at its :meth:`path`."""
+        return opened(self.path(settings))
+
     def rows(self, settings, columns: list[str] | None = None) -> pa.Table | None:
         """Its rows now (``columns`` of them), read with delta-rs (no Spark job); None if it was never written."""
-        try:
-            return DeltaTable(self.path(settings)).to_pyarrow_table(columns=columns)
-        except TableNotFoundError:
-            return None
+        table = self.opened(settings)
+        return None if table is None else table.to_pyarrow_table(columns=columns)
 
     def read(self, spark, settings):
         """Its rows as a Spark DataFrame of ``spark``'s."""
@@ -55,6 +61,20 @@ class Table:
         if self.checkpoint is None:
             raise ValueError(f"no stream appends to {self.name}")
         return self.checkpoint
+
+
+def exists(path: str) -> bool:
+    """Whether a Delta table is at ``path`` (a folder or URI; delta-rs reads its log, no Spark job)."""
+    return DeltaTable.is_deltatable(path)
+
+
+def opened(path: str) -> DeltaTable | None:
+    """The Delta table at ``path`` (a folder or URI) as delta-rs reads its log (no Spark job); None if
+    no commit was ever made there (or its first is under way)."""
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
 
 
 _UTC = pa.timestamp("us", "UTC")

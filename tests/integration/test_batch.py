@@ -13,7 +13,7 @@ from batch_layer.quality import QualityFailed
 from batch_layer.recompute import recompute_day, recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
-from infra import delta, storage
+from infra import storage
 from lake import versions
 from speed_layer.queries import ensure_tables
 from tests import oracle
@@ -167,4 +167,4 @@ def test_the_benchs_unchecked_recompute_writes_the_rows_and_checks_nothing(spark
     unchecked(spark, tables, DAY, DAY + timedelta(days=1))
     expected = {k: v for k, v in oracle.views(landed)[VIEW.name].items() if DAY <= k[0] < DAY + timedelta(days=1)}
     assert _batch_rows(spark, tables) == expected
-    assert not delta.exists(QUALITY_RESULTS.path(tables))  # no check recorded a result
+    assert not QUALITY_RESULTS.exists(tables)  # no check recorded a result
