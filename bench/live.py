@@ -153,10 +153,11 @@ def steady(settings: Settings, rate: float, seconds: float, seed: int) -> Steady
         sent, done = _sent(settings), _processed(settings)
         time.sleep(max(0.0, run.end - time.time()))
         produced, processed = _sent(settings) - sent, _processed(settings) - done
-        lag = (services.speed_health(settings) or {}).get("lag")
+        report = services.speed_health(settings)
     finally:
         run.stop()
-    lag = math.inf if lag is None else lag  # no report, or the broker did not answer: unknown, not 0
+    # no report, or the broker did not answer: unknown, not 0
+    lag = math.inf if report is None or report.lag is None else float(report.lag)
     return Steady(rate, produced / seconds, processed / seconds, lag, kept_up(rate, seconds, produced, processed, lag))
 
 
@@ -171,7 +172,8 @@ def _sent(settings: Settings) -> int:
 
 
 def _processed(settings: Settings) -> int:
-    return sum(((services.speed_health(settings) or {}).get("processed_offsets") or {}).values())
+    report = services.speed_health(settings)
+    return report.processed if report else 0
 
 
 def _checks(marker: int, now: datetime) -> dict[str, str]:
@@ -253,10 +255,10 @@ class _MicroBatches:
 
     def _watch(self) -> None:
         while not self._done.wait(0.2):
-            query = ((services.speed_health(self._settings) or {}).get("queries") or {}).get("landing") or {}
-            if query.get("input_rows"):
-                self.seen[query["batch_id"]] = (query["input_rows"],
-                                                query["durations_ms"].get("triggerExecution", 0) / 1000)
+            report = services.speed_health(self._settings)
+            query = report.queries.get("landing") if report else None
+            if query and query.input_rows and query.batch_id is not None:
+                self.seen[query.batch_id] = (query.input_rows, query.durations_ms.get("triggerExecution", 0) / 1000)
 
     def __enter__(self) -> _MicroBatches:
         self._thread.start()

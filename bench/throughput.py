@@ -97,21 +97,21 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
             if report is None:
                 raise processes.ServiceError(f"the speed layer stopped while draining"
                                              f"{processes.log_tail(processes.log_file(settings, services.SPEED))}")
-            query = report["queries"]["landing"]
-            if query["last_progress"]:
-                first = first or query["last_progress"]
-                if query["batch_id"] not in seen:
-                    seen.add(query["batch_id"])
-                    for step, seconds in report["steps"].items():
+            query = report.queries["landing"]
+            if query.last_progress:
+                first = first or query.last_progress
+                if query.batch_id not in seen:
+                    seen.add(query.batch_id)
+                    for step, seconds in report.steps.items():
                         steps[step] = steps.get(step, 0) + seconds
-                done = sum(report["processed_offsets"].values())
+                done = report.processed
                 quarter = min(4, 4 * done // total)
                 memory.setdefault(quarter, _memory_mb(pid))
                 if live_heap and quarter not in live:
                     live[quarter] = live_heap_mb(pid)
                 if done >= total:
-                    return Drain(batch_end(query["last_progress"], query["durations_ms"]) - processes.parse_utc(first),
-                                 query["batch_id"] + 1, dict(sorted(memory.items())),
+                    return Drain(batch_end(query.last_progress, query.durations_ms) - processes.parse_utc(first),
+                                 (query.batch_id or 0) + 1, dict(sorted(memory.items())),
                                  [live[q] for q in sorted(live)], steps)
             time.sleep(0.2)
         raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")

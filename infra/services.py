@@ -3,15 +3,15 @@ Airflow, and the serving layer's HTTP API."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from infra import airflow, batch_engine, kafka, processes, spark_cluster
+from infra import airflow, batch_engine, kafka, processes, spark_cluster, speed_report
 from infra.settings import REPO, Settings
+from infra.speed_report import Health
 from views import timebase
 
 SPEED = "speed-layer"
@@ -19,19 +19,16 @@ SERVING = "serving-api"
 HISTORY_DAYS = 3
 
 
-def last_speed_health(settings: Settings) -> dict | None:
+def last_speed_health(settings: Settings) -> Health | None:
     """The speed layer's last health report, whether or not it still runs."""
-    try:
-        return json.loads(settings.speed_health_file.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    return speed_report.read(settings.speed_health_file)
 
 
-def speed_health(settings: Settings) -> dict | None:
+def speed_health(settings: Settings) -> Health | None:
     """The speed layer's health report, if its process runs."""
     pid = processes.running_pid(settings, SPEED)
     report = last_speed_health(settings)
-    return report if pid is not None and report and report.get("pid") == pid else None
+    return report if pid is not None and report and report.pid == pid else None
 
 
 def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bool = False) -> None:
@@ -47,8 +44,7 @@ def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bo
 
     def active() -> bool:
         report = speed_health(settings)
-        return bool(report and not report["error"] and report["queries"]
-                    and all(q["active"] for q in report["queries"].values()))
+        return report is not None and report.active
 
     processes.wait_until(active, timeout, "speed layer", log=processes.log_file(settings, SPEED),
                          alive=lambda: processes.running_pid(settings, SPEED) is not None)
@@ -59,7 +55,8 @@ def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
     target = kafka.end_offsets(settings, settings.topic)
 
     def landed() -> int | None:
-        done = (speed_health(settings) or {}).get("processed_offsets") or {}
+        report = speed_health(settings)
+        done = report.processed_offsets if report else {}
         return sum(target.values()) if all(int(done.get(str(p), 0)) >= end for p, end in target.items()) else None
 
     return processes.poll(landed, timeout, 0.5, lambda: TimeoutError(
@@ -85,14 +82,14 @@ def speed_problem(settings: Settings, now: float | None = None) -> str | None:
     report = speed_health(settings)
     now = time.time() if now is None else now
     stale_after = max(120, 10 * settings.trigger_seconds)
-    if report is None or now - processes.parse_utc(report["updated_at"]) > stale_after:
+    if report is None or now - processes.parse_utc(report.updated_at) > stale_after:
         return f"the speed layer has not reported its health for over {stale_after}s"
-    if report["error"]:
-        return f"the speed layer failed: {report['error']}"
-    progressed = report.get("progressed_at")
-    if report["lag"] and progressed and now - processes.parse_utc(progressed) > report["stall_after_seconds"]:
-        return (f"the speed layer is stalled: lag {report['lag']} and no micro-batch finished since {progressed} "
-                f"(over {report['stall_after_seconds']:.0f}s)")
+    if report.error:
+        return f"the speed layer failed: {report.error}"
+    progressed, stall = report.progressed_at, report.stall_after_seconds
+    if report.lag and progressed and stall is not None and now - processes.parse_utc(progressed) > stall:
+        return (f"the speed layer is stalled: lag {report.lag} and no micro-batch finished since {progressed} "
+                f"(over {stall:.0f}s)")
     return None
 
 
@@ -170,10 +167,10 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
 @dataclass(frozen=True)
 class Speed(processes.Service):
     """The speed layer as ``status`` reports it: a service, what is wrong with it (None: nothing), its log
-    and its last health report (speed_layer.health, as written)."""
+    and its last health report (infra.speed_report)."""
     problem: str | None = None
     log: str = ""
-    health: dict | None = None
+    health: Health | None = None
 
 
 @dataclass(frozen=True)

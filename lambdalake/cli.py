@@ -264,12 +264,12 @@ def _status(settings, args) -> None:
 
     print(f"home: {running.home}")
     table("services", _services(settings, running), ["service", "state", "pid", "where", "detail"])
-    health = running.speed_layer.health or {}
-    table("speed layer queries", [[name, q["batch_id"], q["last_progress"], round(q["processed_rows_per_second"] or 0)]
-                                  for name, q in (health.get("queries") or {}).items()],
+    health = running.speed_layer.health
+    table("speed layer queries", [[name, q.batch_id, q.last_progress, round(q.processed_rows_per_second or 0)]
+                                  for name, q in (health.queries if health else {}).items()],
           ["query", "micro-batch", "last progress", "records/s"])
-    if health.get("steps"):
-        print("last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health["steps"].items()))
+    if health and health.steps:
+        print("last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health.steps.items()))
     table(f"late events, behind the speed watermark (the batch layer recomputes their days): "
           f"{sum(r['events'] for r in late)}", [[r["view"], r["day"], r["events"], r["last"]] for r in late],
           ["view", "day", "events", "last"])
@@ -298,7 +298,7 @@ def _services(settings, running) -> list[list]:
     kafka, speed, engine, api = running.kafka, running.speed_layer, running.batch_engine, running.serving_api
     rows = [["kafka", state(kafka.healthy), "", kafka.address, ""]]
     rows += [[f"kafka broker {b.node}", state(b.healthy), b.pid, b.address, ""] for b in kafka.brokers]
-    progress = f"lag {speed.health['lag']}, watermark {speed.health['watermark']}" if speed.health else ""
+    progress = f"lag {speed.health.lag}, watermark {speed.health.watermark}" if speed.health else ""
     problems = "; ".join(filter(None, (progress, speed.problem)))
     rows.append(["speed layer", state(speed.healthy), speed.pid, "", problems])
     login = f"login {settings.airflow_user}, password in {credentials.airflow_password_location(settings)}"
@@ -328,8 +328,8 @@ def _speed(settings, args) -> None:
         services.start_speed(settings, resume_from_tables=args.resume_from_tables)
         print("speed layer running")
     if action == "status":
-        print(json.dumps(services.speed_health(settings), indent=1) if services.speed_health(settings)
-              else "speed layer is not running")
+        health = services.speed_health(settings)
+        print(json.dumps(asdict(health), indent=1) if health else "speed layer is not running")
     if action == "compact":
         from infra import spark as sparks
         from speed_layer.compact import compact

@@ -68,12 +68,12 @@ def report(settings: Settings) -> str:
               f"(SELECT * FROM {name} WHERE source = 'batch' ORDER BY {order} LIMIT 3) ORDER BY {order}")
     home = "" if settings.home == REPO / ".lambdalake" else f"LAMBDALAKE_HOME={settings.home} "
     cli = f"{home}.venv/bin/lambdalake"
-    health = services.speed_health(settings) or {}
+    health = services.speed_health(settings)
     produced = sum(kafka.end_offsets(settings, settings.topic).values())
     _, [(landed, dead)] = engine.query(
         settings, "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters)")
     lines += [
-        f"\nspeed layer lag: {health.get('lag')} records",
+        f"\nspeed layer lag: {health.lag if health else None} records",
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
         f"{'' if produced == landed + dead else ' (still landing)'}",
         f"Airflow UI: {settings.airflow_url}  login {settings.airflow_user}, password in "

@@ -50,12 +50,12 @@ class ViewInfo(BaseModel):
 class SpeedHealth(BaseModel):
     """The speed layer as the serving side sees it: its lag, watermark and last micro-batch."""
     running: bool
-    lag: int | None
-    watermark: str | None
-    error: str | None
-    problem: str | None
-    last_micro_batch_finished: str | None
-    last_micro_batch: dict[str, float] | None
+    lag: int | None = None
+    watermark: str | None = None
+    error: str | None = None
+    problem: str | None = None
+    last_micro_batch_finished: str | None = None
+    last_micro_batch: dict[str, float] | None = None
 
 
 class SuiteCheck(BaseModel):
@@ -184,7 +184,7 @@ def health(settings: Settings) -> Health:
     """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
     written, dead letters, and per view its final and provisional days, late events, newest window and
     last data-quality check."""
-    speed = services.speed_health(settings) or {}
+    speed = services.speed_health(settings)
     written = _last_commit(settings, tables.SPEED_PARTIALS)
     late = {r["view"]: r for r in rows(settings, tables.LATE_EVENTS.name, "SELECT view, sum(events) AS events, "
                                        "max(received_at) AS last FROM late_events GROUP BY view")}
@@ -200,10 +200,10 @@ def health(settings: Settings) -> Health:
             late_events=int((late.get(view.name) or {}).get("events") or 0),
             last_quality_check=checks.suites.get(f"view.{view.name}"))
     return Health(
-        speed_layer=SpeedHealth(running=bool(speed), lag=speed.get("lag"), watermark=speed.get("watermark"),
-                                error=speed.get("error"), problem=services.speed_problem(settings),
-                                last_micro_batch_finished=speed.get("progressed_at"),
-                                last_micro_batch=speed.get("steps") or None),
+        speed_layer=SpeedHealth(running=False, problem=services.speed_problem(settings)) if speed is None else
+        SpeedHealth(running=True, lag=speed.lag, watermark=speed.watermark, error=speed.error,
+                    problem=services.speed_problem(settings), last_micro_batch_finished=speed.progressed_at,
+                    last_micro_batch=speed.steps or None),
         batch_engine={key: value for key, value in asdict(batch_engine.status(settings)).items() if key != "pid"},
         speed_rows_written=written,
         speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),

@@ -10,6 +10,7 @@ import time
 
 from infra import settings as config
 from infra import spark as sparks
+from infra import speed_report
 from speed_layer import health, queries, resume
 
 
@@ -19,8 +20,9 @@ def main() -> int:
         start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
     except resume.CheckpointLost as lost:
         print(f"speed layer: {lost}", file=sys.stderr)
-        health.write(settings, health.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                             str(lost)))
+        speed_report.write(settings.speed_health_file,
+                           speed_report.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                               str(lost)))
         return 2
     spark = sparks.session(settings, "lambdalake-speed")
     queries.ensure_tables(spark, settings)
@@ -34,7 +36,7 @@ def main() -> int:
         if failed:
             error = "; ".join(f"query {q.name} stopped: {_summary(q.exception())}" for q in failed)
             print(*(q.exception() for q in failed), f"speed layer: {error}", sep="\n", file=sys.stderr)
-        health.write(settings, monitor.report(error))
+        speed_report.write(settings.speed_health_file, monitor.report(error))
         time.sleep(1)
     monitor.close()
     for query in [landing, *others]:

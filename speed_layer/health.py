@@ -1,5 +1,5 @@
-"""The speed layer's health: one typed record from Spark's own progress and the true Kafka lag
-(speed_layer.lag), written to one JSON file every second.
+"""The speed layer's health: its report (:class:`infra.speed_report.Health`) from Spark's own progress and
+the true Kafka lag (speed_layer.lag), written to one JSON file every second.
 
 ``status``, ``/health``, the watchdog DAG, ``wait_for_landing`` and the benchmark read it. It says when
 the landing query last finished a micro-batch and after how long without one, while input waits, the
@@ -9,59 +9,24 @@ speed layer counts as stalled (:data:`STALL_FACTOR` times its usual micro-batch,
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pyspark.sql.streaming import StreamingQuery
 
 from infra import processes
 from infra.settings import Settings
+from infra.speed_report import Health, QueryHealth
 from speed_layer.lag import Meter
 
 #: A micro-batch that runs this many times the median of the recent ones (with input) is stalled.
 STALL_FACTOR = 10
 #: The recent micro-batches (with input) whose median that is.
 RECENT = 20
-
-
-@dataclass
-class QueryHealth:
-    active: bool
-    batch_id: int | None = None
-    last_progress: str | None = None
-    input_rows: int | None = None
-    input_rows_per_second: float | None = None
-    processed_rows_per_second: float | None = None
-    #: Milliseconds of the last micro-batch, as Spark reports them (triggerExecution, addBatch, ...).
-    durations_ms: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Health:
-    pid: int
-    updated_at: str
-    error: str | None
-    #: Kafka records of the events topic not yet processed: its end offsets now minus the offsets
-    #: processed (None if the broker does not answer).
-    lag: int | None = None
-    end_offsets: dict[str, int] = field(default_factory=dict)
-    processed_offsets: dict[str, int] = field(default_factory=dict)
-    #: When the landing query last finished a micro-batch (or, before its first, started).
-    progressed_at: str | None = None
-    #: Seconds without a finished micro-batch, while input waits, after which the speed layer is stalled.
-    stall_after_seconds: float | None = None
-    watermark: str | None = None
-    #: Records, dead letters and late events since the speed layer started.
-    totals: dict[str, int] = field(default_factory=dict)
-    #: Seconds per step of the last micro-batch (parse, dedupe, each view, each commit).
-    steps: dict[str, float] = field(default_factory=dict)
-    queries: dict[str, QueryHealth] = field(default_factory=dict)
 
 
 def _progress(query: StreamingQuery) -> dict:
@@ -118,13 +83,3 @@ class Monitor:
 
     def close(self) -> None:
         self._meter.close()
-
-
-def write(settings: Settings, health: Health | dict) -> None:
-    """Replace the health report (``settings.speed_health_file``) atomically."""
-    target = settings.speed_health_file
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    record = dataclasses.asdict(health) if dataclasses.is_dataclass(health) else health
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(target)

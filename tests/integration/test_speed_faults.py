@@ -149,7 +149,7 @@ def test_kill_9_five_times_during_100k_events_the_watchdog_restarts_it_and_nothi
     assert not sender.is_alive()
     _assert_exactly_once(home, records)
     _assert_speed_view_equals_oracle(home, records)
-    assert services.speed_health(home)["error"] is None and services.speed_problem(home) is None
+    assert services.speed_health(home).error is None and services.speed_problem(home) is None
     services.stop_speed(home, hold=True)  # `lambdalake speed stop`: the watchdog leaves it stopped
     assert services.watch_speed(home).startswith("held")
     assert processes.running_pid(home, services.SPEED) is None
@@ -192,7 +192,7 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
     speed_pid = processes.running_pid(on_cluster, services.SPEED)
     with ThreadPoolExecutor(1) as pool:
         sending = pool.submit(_stream, on_cluster, records, 30)
-        processes.poll(lambda: sum((services.speed_health(on_cluster)["processed_offsets"] or {}).values()) or None,
+        processes.poll(lambda: services.speed_health(on_cluster).processed or None,
                        120, 1, lambda: AssertionError("the speed layer landed nothing"))
         victim = next(n for n in kafka.nodes(on_cluster) if n.id == _replicas(on_cluster)[0][0])
         _kill_9(on_cluster, victim.name)
@@ -202,7 +202,7 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
     _, ids = engine.query(on_cluster, "SELECT DISTINCT event_id FROM raw_events")
     assert {json.loads(r.value)["event_id"] for r in records if r.kind != "malformed"} <= {i for (i,) in ids}
     assert processes.running_pid(on_cluster, services.SPEED) == speed_pid
-    assert services.speed_health(on_cluster)["error"] is None and services.speed_problem(on_cluster) is None
+    assert services.speed_health(on_cluster).error is None and services.speed_problem(on_cluster) is None
     kafka.start(on_cluster)  # the killed broker again: healthy, and back in every partition's in-sync replicas
     assert kafka.status(on_cluster).healthy
     processes.poll(lambda: {isr for _, _, isr in _replicas(on_cluster).values()} == {3} or None, 120, 1,
@@ -280,7 +280,7 @@ def test_offsets_deleted_by_kafka_before_landing_stop_the_speed_layer_with_the_w
     with contextlib.suppress(processes.ServiceError):  # it may already fail here, or in its first micro-batch
         services.start_speed(home)
     processes.wait_until(lambda: processes.running_pid(home, services.SPEED) is None, 120, "the speed layer to stop")
-    assert "Kafka no longer holds offsets the speed layer still needs" in services.last_speed_health(home)["error"]
+    assert "Kafka no longer holds offsets the speed layer still needs" in services.last_speed_health(home).error
     landed, _, dead, _ = _landed(home)
     assert (landed, dead) == (300, 0)
 
@@ -292,15 +292,15 @@ def test_a_hung_micro_batch_shows_its_true_lag_and_the_watchdog_restarts_it(in_o
     for start in range(0, 600, 100):  # a few micro-batches: the speed layer learns its usual duration
         producer.send(settings, records[start:start + 100])
         services.wait_for_landing(settings)
-    assert services.speed_health(settings)["lag"] == 0
+    assert services.speed_health(settings).lag == 0
     os.kill(store, signal.SIGSTOP)  # every write to the tables now blocks: the next micro-batch hangs
     producer.send(settings, records[600:])
     backlog = len(records) - 600  # far below max_offsets_per_trigger: one micro-batch takes it all
-    processes.poll(lambda: services.speed_health(settings)["lag"] == backlog or None, 10, 0.5,
-                   lambda: AssertionError(f"lag {services.speed_health(settings)['lag']}, not {backlog}"))
+    processes.poll(lambda: services.speed_health(settings).lag == backlog or None, 10, 0.5,
+                   lambda: AssertionError(f"lag {services.speed_health(settings).lag}, not {backlog}"))
     deadline = time.monotonic() + 120
     while (problem := services.speed_problem(settings)) is None and time.monotonic() < deadline:
-        assert services.speed_health(settings)["lag"] == backlog  # the hung micro-batch's are not processed
+        assert services.speed_health(settings).lag == backlog  # the hung micro-batch's are not processed
         time.sleep(1)
     assert problem is not None and problem.startswith(f"the speed layer is stalled: lag {backlog} ")
     threading.Timer(5, os.kill, (store, signal.SIGCONT)).start()  # the store answers again as it restarts

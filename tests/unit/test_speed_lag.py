@@ -1,10 +1,11 @@
-"""The speed layer's processed offsets, read from its landing checkpoint, and the watchdog's stall verdict."""
+"""The speed layer's processed offsets, read from its landing checkpoint, its health report read back typed,
+and the watchdog's stall verdict."""
 
 import json
 import time
 from datetime import UTC, datetime
 
-from infra import processes, services
+from infra import processes, services, speed_report
 from infra.settings import load
 from speed_layer import lag
 
@@ -26,6 +27,19 @@ def test_processed_offsets_are_the_last_committed_micro_batchs(tmp_path):
     _batch(tmp_path, 10, {"0": 150, "1": 90}, committed=True)
     _batch(tmp_path, 11, {"0": 400, "1": 95}, committed=False)  # planned, not done: not processed
     assert lag.committed(tmp_path) == {"0": 150, "1": 90}
+
+
+def test_the_health_report_reads_back_typed_as_it_was_written(tmp_path):
+    path = tmp_path / "run" / "speed-health.json"
+    assert speed_report.read(path) is None
+    written = speed_report.Health(
+        7, "2026-11-28T03:00:00Z", None, lag=12, processed_offsets={"0": 40, "1": 2}, steps={"collect": 0.2},
+        queries={"landing": speed_report.QueryHealth(True, 3, durations_ms={"triggerExecution": 500}),
+                 "products": speed_report.QueryHealth(False)})
+    speed_report.write(path, written)
+    read = speed_report.read(path)
+    assert read == written and isinstance(read.queries["landing"], speed_report.QueryHealth)
+    assert read.processed == 42 and not read.active  # the products query is not active
 
 
 def _report(settings, lag_records: int, progressed_seconds_ago: float) -> None:
