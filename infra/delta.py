@@ -100,22 +100,32 @@ class BatchAppends:
     def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> bool:
         """Append ``rows`` unless micro-batch ``batch_id`` was committed there (then False); new columns
         (a view added to the partials table) join the table's schema. A few rows already in the driver
-        (an Arrow table) are written by delta-rs, without a Spark job."""
+        (an Arrow table) are written by delta-rs, without a Spark job. A commit that loses a race (to
+        maintenance changing the table's properties) is made again on the version that won it."""
         if path not in self.last:
             self.last[path] = committed_batch(path, self.app_id)
         if batch_id <= self.last[path]:
             return False
         mark = json.dumps({"app": self.app_id, "batch": batch_id})
-        if isinstance(rows, pa.Table):
-            deltalake.write_deltalake(self.opened.get(path, path), rows, mode="append",
-                                      partition_by=list(partition_by) or None, schema_mode="merge",
-                                      commit_properties=deltalake.CommitProperties(
-                                          custom_metadata={"userMetadata": mark}))
-            if path not in self.opened:
+
+        def commit() -> None:
+            if not isinstance(rows, pa.Table):
+                (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
+                 .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
+                return
+            table = self.opened.get(path)
+            try:
+                deltalake.write_deltalake(table or path, rows, mode="append", partition_by=list(partition_by) or None,
+                                          schema_mode="merge", commit_properties=deltalake.CommitProperties(
+                                              custom_metadata={"userMetadata": mark}))
+            except deltalake.exceptions.CommitFailedError:
+                if table is not None:
+                    table.update_incremental()  # the next attempt reads the log from the version that won
+                raise
+            if table is None:
                 self.opened[path] = deltalake.DeltaTable(path)
-        else:
-            (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
-             .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
+
+        retried(commit)
         self.last[path] = batch_id
         return True
 

@@ -92,8 +92,8 @@ def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelo
         if not changes.isEmpty():
             appends.append(changes, changes_table.path(settings), batch_id)
             landed = changes_table.read(records.sparkSession, settings)
-            changelog.dimension(landed, dimension).write.format("delta").mode("overwrite").save(
-                dimension_table.path(settings))
+            delta.retried(lambda: changelog.dimension(landed, dimension).write.format("delta").mode("overwrite").save(
+                dimension_table.path(settings)))  # again if it lost a race to maintenance's properties
         parsed.unpersist()
 
     return _start(_kafka(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name, checkpoint,
