@@ -190,7 +190,8 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
     """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
     seconds, refused beyond ``max_rows`` rows."""
     done = threading.Event()
-    threading.Thread(target=_interrupt_after, args=(con, timeout, done), daemon=True).start()
+    interrupter = threading.Thread(target=_interrupt_after, args=(con, timeout, done), daemon=True)
+    interrupter.start()
     try:
         result = con.execute(sql, params)
         rows = result.fetchmany(max_rows + 1)
@@ -203,6 +204,7 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
         raise QueryError(_one_line(exc)) from None
     finally:
         done.set()
+        interrupter.join()  # no interrupt after this: it would stop what runs next on ``con`` (a soak's next query)
     if len(rows) > max_rows:
         raise QueryError(f"more than {max_rows:,} rows (setting query_max_rows); add LIMIT or aggregate")
     return [d[0] for d in result.description or []], rows

@@ -4,6 +4,7 @@ time and row limits hold; a long-lived engine sees new Delta versions and switch
 
 import os
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
@@ -130,6 +131,19 @@ def test_a_time_limit_reached_before_the_query_starts_still_stops_it():
         while not running.done():
             con.interrupt()
         pool.shutdown()
+
+
+def test_no_interrupt_outlives_its_query():
+    """The thread that stops a query at its time limit has ended when the query returns: an interrupt
+    after that would stop whatever runs next on the cursor (in a soak, the next query's registering of
+    its tables)."""
+    con = sandbox.connect("1GB", 1).cursor()
+    before = threading.active_count()
+    with pytest.raises(sandbox.TimeLimit):
+        sandbox.run(con, "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3", 0.05, 10)
+    assert threading.active_count() == before
+    con.register("t", pa.table({"a": [1]}))
+    assert sandbox.run(con, "SELECT a FROM t", 5, 10) == (["a"], [(1,)])
 
 
 def test_the_row_limit(settings):
