@@ -67,13 +67,14 @@ class Runs:
     runs_in_flight: int
 
 
-def _when(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
+def _when(moment: datetime | None) -> float:
+    assert moment is not None, "a finished run or task has an end and a start"
+    return moment.timestamp()
 
 
 def _task_seconds(client: airflow.AirflowClient, run_id: str) -> float:
-    [task] = client.request("GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances")["task_instances"]
-    return _when(task["end_date"]) - _when(task["start_date"])
+    [task] = client.task_runs(DAG, run_id)
+    return _when(task.end_date) - _when(task.start_date)
 
 
 def _engine_memory(settings: Settings) -> Memory:
@@ -112,7 +113,7 @@ def run(settings: Settings, events: int, say) -> tuple[Runs]:
         due = time.time()
         client.unpause(DAG)
         [(nightly, _)] = client.wait_for_runs(DAG, 1, timeout=600).items()
-        [run] = [r for r in client.dag_runs(DAG) if r["dag_run_id"] == nightly]
+        [run] = [r for r in client.dag_runs(DAG) if r.run_id == nightly]
         first = _engine_memory(settings)
         say(f"orchestrated: warm recompute_day of {yesterday} in this process ...")
         warm = _warm(settings, yesterday, 3)
@@ -120,10 +121,10 @@ def run(settings: Settings, events: int, say) -> tuple[Runs]:
         began = time.time()
         client.create_backfill(DAG, day_start(days[0]), day_start(days[-2]))
         done = client.wait_for_runs(DAG, len(days), timeout=3600)
-        finished = max(_when(r["end_date"]) for r in client.dag_runs(DAG) if r["run_type"] == "backfill")
+        finished = max(_when(r.end_date) for r in client.dag_runs(DAG) if r.run_type == "backfill")
         backfilled = [run_id for run_id in done if run_id != nightly]
         last = _engine_memory(settings)
-        return (Runs(events, _task_seconds(client, nightly), _when(run["end_date"]) - due, warm, len(backfilled),
+        return (Runs(events, _task_seconds(client, nightly), _when(run.end_date) - due, warm, len(backfilled),
                      finished - began, [_task_seconds(client, r) for r in backfilled], first, last,
                      airflow.BATCH_RUNS_IN_FLIGHT),)
     finally:

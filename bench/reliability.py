@@ -460,9 +460,8 @@ def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, sa
         except airflow.AirflowError as exc:
             say(f"  {exc}")
         seconds = time.monotonic() - began
-        states = {run["dag_run_id"]: run["state"] for run in client.dag_runs(BACKFILLED)}
-        reruns = sum(task["try_number"] - 1 for run_id in states for task in client.request(
-            "GET", f"/dags/{BACKFILLED}/dagRuns/{run_id}/taskInstances")["task_instances"])
+        states = {run.run_id: run.state for run in client.dag_runs(BACKFILLED)}
+        reruns = sum(task.try_number - 1 for run_id in states for task in client.task_runs(BACKFILLED, run_id))
     finally:
         airflow.stop(settings)
         batch_engine.stop(settings)
@@ -568,8 +567,7 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
             load.stop()
     for thread in clients:
         thread.join()
-    runs = [(dag, r["dag_run_id"], r["state"]) for dag in ("batch_recompute", "maintenance")
-            for r in client.dag_runs(dag)]
+    runs = [(dag, r.run_id, r.state) for dag in ("batch_recompute", "maintenance") for r in client.dag_runs(dag)]
     return Soak(rate, found, runs)
 
 

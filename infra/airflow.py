@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from importlib.metadata import version
@@ -253,7 +254,7 @@ def _parsed(client: AirflowClient) -> bool:
     False while the API cannot say (SQLite busy)."""
     try:
         listed = {dag["dag_id"] for dag in client.request("GET", "/dags", params={"limit": 100})["dags"]}
-        broken = {Path(error["filename"]).stem for error in client.import_errors()}
+        broken = {Path(error.filename).stem for error in client.import_errors()}
     except (AirflowError, requests.RequestException):
         return False
     return all(dag in listed or dag in broken for dag in DAG_IDS)
@@ -277,6 +278,66 @@ def status(settings: Settings) -> dict[str, processes.Service]:
     if settings.airflow_database == "postgresql":
         result[postgres.NAME] = postgres.status(settings)
     return result
+
+
+def _moment(stamp: str | None) -> datetime | None:
+    return datetime.fromisoformat(stamp) if stamp else None
+
+
+@dataclass(frozen=True)
+class Dag:
+    """A DAG as the dag-processor parsed it."""
+
+    dag_id: str
+    is_paused: bool
+    fileloc: str
+    has_import_errors: bool
+
+    @classmethod
+    def of(cls, dag: dict) -> Dag:
+        return cls(dag["dag_id"], dag["is_paused"], dag["fileloc"], dag["has_import_errors"])
+
+
+@dataclass(frozen=True)
+class DagRun:
+    """A run of a DAG: ``run_type`` is scheduled, manual, backfill or asset_triggered; ``state`` queued,
+    running, success or failed."""
+
+    run_id: str
+    run_type: str
+    state: str
+    logical_date: datetime | None
+    end_date: datetime | None
+
+    @classmethod
+    def of(cls, run: dict) -> DagRun:
+        return cls(run["dag_run_id"], run["run_type"], run["state"], _moment(run["logical_date"]),
+                   _moment(run["end_date"]))
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A task instance of a run, at its latest attempt (``map_index`` -1 if the task is not mapped)."""
+
+    task_id: str
+    state: str | None
+    map_index: int
+    try_number: int
+    start_date: datetime | None
+    end_date: datetime | None
+
+    @classmethod
+    def of(cls, task: dict) -> TaskRun:
+        return cls(task["task_id"], task["state"], task["map_index"], task["try_number"],
+                   _moment(task["start_date"]), _moment(task["end_date"]))
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A DAG file the dag-processor could not import, and why."""
+
+    filename: str
+    stack_trace: str
 
 
 #: The HTTP methods whose call is the same made twice.
@@ -364,27 +425,42 @@ class AirflowClient:
         """
         run = self.request("POST", f"/dags/{dag_id}/dagRuns",
                            json={"logical_date": _iso(logical_date), "conf": conf or {}})
-        return run["dag_run_id"]
+        return DagRun.of(run).run_id
 
     def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime,
-                        max_active_runs: int = BATCH_RUNS_IN_FLIGHT, reprocess_behavior: str = "none") -> dict:
+                        max_active_runs: int = BATCH_RUNS_IN_FLIGHT, reprocess_behavior: str = "none") -> int:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
         Several runs are in flight at once, sharing the batch engine (the DAG's own max_active_runs caps them).
-        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days)."""
+        ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days).
+        Returns the backfill's id."""
         return self.request("POST", "/backfills", json={
             "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
-            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})
+            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})["id"]
 
-    def dag_runs(self, dag_id: str) -> list[dict]:
+    def dag(self, dag_id: str) -> Dag | None:
+        """``dag_id`` as the dag-processor last parsed it (None if it has not)."""
+        try:
+            return Dag.of(self.request("GET", f"/dags/{dag_id}"))
+        except AirflowError as error:
+            if error.status != 404:
+                raise
+            return None
+
+    def dag_runs(self, dag_id: str) -> list[DagRun]:
         """All runs of ``dag_id``, oldest first."""
-        runs: list[dict] = []
+        runs: list[DagRun] = []
         while True:
             page = self.request("GET", f"/dags/{dag_id}/dagRuns",
                                 params={"order_by": "run_after", "limit": 100, "offset": len(runs)})
-            runs += page["dag_runs"]
+            runs += map(DagRun.of, page["dag_runs"])
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
                 return runs
+
+    def task_runs(self, dag_id: str, run_id: str) -> list[TaskRun]:
+        """The task instances of run ``run_id`` of ``dag_id``."""
+        return [TaskRun.of(task) for task in
+                self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]]
 
     def wait_for_runs(self, dag_id: str, runs: int | Iterable[str], timeout: float = 600) -> dict[str, str]:
         """Wait until the given run ids (or, given a count, at least that many runs) have all finished.
@@ -394,8 +470,7 @@ class AirflowClient:
         wanted = None if isinstance(runs, int) else set(runs)
 
         def states() -> dict[str, str]:
-            return {r["dag_run_id"]: r["state"] for r in self.dag_runs(dag_id)
-                    if wanted is None or r["dag_run_id"] in wanted}
+            return {r.run_id: r.state for r in self.dag_runs(dag_id) if wanted is None or r.run_id in wanted}
 
         def finished() -> dict[str, str] | None:
             now = states()
@@ -411,39 +486,35 @@ class AirflowClient:
 
     def _failure(self, dag_id: str, run_id: str) -> str:
         """Which task of a failed run failed, with its exception (or its log's last lines) and log file."""
-        tasks = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
-        failed = [t for t in tasks if t["state"] == "failed"]
+        tasks = self.task_runs(dag_id, run_id)
+        failed = [t for t in tasks if t.state == "failed"]
         if not failed:
-            return f"{dag_id} run {run_id} failed (no task failed: {[(t['task_id'], t['state']) for t in tasks]})"
+            return f"{dag_id} run {run_id} failed (no task failed: {[(t.task_id, t.state) for t in tasks]})"
         task = failed[0]
-        mapped = f"map_index={task['map_index']}/" if task["map_index"] >= 0 else ""
-        log = (task_logs(self.settings) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task['task_id']}"
-               / f"{mapped}attempt={task['try_number']}.log")
-        where = f"{dag_id} run {run_id} failed in task {task['task_id']} (attempt {task['try_number']})"
+        mapped = f"map_index={task.map_index}/" if task.map_index >= 0 else ""
+        log = (task_logs(self.settings) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task.task_id}"
+               / f"{mapped}attempt={task.try_number}.log")
+        where = f"{dag_id} run {run_id} failed in task {task.task_id} (attempt {task.try_number})"
         errors = _errors(log)
         return f"{where}: {errors}; log: {log}" if errors else f"{where}; log: {log}{processes.log_tail(log)}"
 
-    def import_errors(self) -> list[dict]:
-        return self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]
+    def import_errors(self) -> list[ParseError]:
+        return [ParseError(e["filename"], e["stack_trace"])
+                for e in self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]]
 
-    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> dict:
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> Dag:
         """Wait until the dag-processor has parsed ``dag_id`` without import errors; return the DAG."""
-        def parsed() -> dict | None:
-            try:
-                dag = self.request("GET", f"/dags/{dag_id}")
-            except AirflowError as error:
-                if error.status != 404:
-                    raise
-                dag = None
+        def parsed() -> Dag | None:
+            dag = self.dag(dag_id)
             errors = [e for e in self.import_errors()
-                      if Path(e["filename"]).name == Path(dag["fileloc"] if dag else f"{dag_id}.py").name]
+                      if Path(e.filename).name == Path(dag.fileloc if dag else f"{dag_id}.py").name]
             if errors:
-                raise AirflowError(f"DAG {dag_id} has import errors in {errors[0]['filename']}:\n"
-                                   f"{errors[0]['stack_trace']}")
-            return dag if dag is not None and not dag["has_import_errors"] else None
+                raise AirflowError(f"DAG {dag_id} has import errors in {errors[0].filename}:\n"
+                                   f"{errors[0].stack_trace}")
+            return dag if dag is not None and not dag.has_import_errors else None
 
         def not_parsed() -> AirflowError:
-            others = "; ".join(f"{e['filename']}: {e['stack_trace'].strip().splitlines()[-1]}"
+            others = "; ".join(f"{e.filename}: {e.stack_trace.strip().splitlines()[-1]}"
                                for e in self.import_errors())
             return AirflowError(f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
                                 f" (import errors: {others or 'none'}; see "

@@ -76,14 +76,14 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     find("//button[normalize-space()='Run Backfill']").click()
 
     client = airflow.AirflowClient(settings)
-    def created() -> list[dict] | None:
-        runs = [r for r in client.dag_runs(dag) if r["run_type"] == "backfill"]
+    def created() -> list[airflow.DagRun] | None:
+        runs = [r for r in client.dag_runs(dag) if r.run_type == "backfill"]
         return runs if len(runs) >= len(days) else None
 
     runs = processes.poll(created, 60, 1, lambda: AssertionError(f"the backfill did not create {len(days)} runs"))
-    logical = sorted(datetime.fromisoformat(r["logical_date"]) for r in runs)
+    logical = sorted(r.logical_date for r in runs if r.logical_date)
     assert logical == days, (logical, days)
-    states = client.wait_for_runs(dag, [r["dag_run_id"] for r in runs], timeout=timeout)
+    states = client.wait_for_runs(dag, [r.run_id for r in runs], timeout=timeout)
 
     browser.get(f"{settings.airflow_url}/dags/{dag}/runs")  # the UI lists them: backfill runs, succeeded
     cells = lambda column: [c.text for c in browser.find_elements(  # noqa: E731

@@ -115,10 +115,10 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
 def _assert_caught_up(client, day: datetime) -> None:
     """The scheduler ran batch_recompute for ``day``, the one day since its start date, on its own."""
     scheduled = processes.poll(
-        lambda: [r for r in client.dag_runs("batch_recompute") if r["run_type"] == "scheduled"] or None, 120, 2,
+        lambda: [r for r in client.dag_runs("batch_recompute") if r.run_type == "scheduled"] or None, 120, 2,
         lambda: AssertionError("the scheduler did not catch up batch_recompute's first day"))
-    assert [datetime.fromisoformat(r["logical_date"]) for r in scheduled] == [day]
-    client.wait_for_runs("batch_recompute", [r["dag_run_id"] for r in scheduled], timeout=600)
+    assert [r.logical_date for r in scheduled] == [day]
+    client.wait_for_runs("batch_recompute", [r.run_id for r in scheduled], timeout=600)
 
 
 def _late_events_reach_the_merged_view(settings, client, records: list, category, today: datetime) -> list:

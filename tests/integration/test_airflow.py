@@ -63,11 +63,11 @@ def test_up_turns_every_dag_on_and_the_scheduler_runs_them_unasked(airflow_servi
     periodic = ("late_data_recompute", "maintenance", "speed_layer_watchdog")
     try:
         client.unpause_all()
-        assert [client.request("GET", f"/dags/{dag_id}")["is_paused"] for dag_id in airflow.DAG_IDS] == \
+        assert [client.dag(dag_id).is_paused for dag_id in airflow.DAG_IDS] == \
             [False] * len(airflow.DAG_IDS)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # catchup is off: each runs its latest interval at once
-            scheduled = {dag_id: any(r["run_type"] == "scheduled" for r in client.dag_runs(dag_id))
+            scheduled = {dag_id: any(r.run_type == "scheduled" for r in client.dag_runs(dag_id))
                          for dag_id in periodic}
             if all(scheduled.values()):
                 break

@@ -65,7 +65,7 @@ def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_c
 
         services.start_airflow(settings)  # what `lambdalake up` does
         assert [proc for proc in forked if proc.is_running()] == []
-        client.wait_for_runs(DAG, [run["dag_run_id"] for run in client.dag_runs(DAG)], timeout=600)
+        client.wait_for_runs(DAG, [run.run_id for run in client.dag_runs(DAG)], timeout=600)
     finally:
         client.pause(DAG)
     assert sorted(_ledger(settings)) == sorted(every)
