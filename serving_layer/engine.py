@@ -101,6 +101,16 @@ def _appended(before, after):
     return ds.FileSystemDataset(added, after.schema, after.format, after.filesystem)
 
 
+def _unread(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
+    """``dataset`` over new fragments of the same files: a fragment once scanned keeps its file's Parquet
+    metadata for as long as it lives (120 KB for a file of speed_partials), and a copy's files are scanned
+    once, so the fragments the engine keeps must not be the ones it copies from."""
+    fragments = [dataset.format.make_fragment(fragment.path, dataset.filesystem,
+                                              partition_expression=fragment.partition_expression)
+                 for fragment in dataset.get_fragments()]
+    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
+
+
 def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
     """What every row of a data file meets, from its Delta add action: its partition values (Delta's
     text of each, a timestamp's in UTC without an offset), and the range of each time, date and integer
@@ -330,7 +340,7 @@ class Engine:
         order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
-        self._db.register("_version", table.appended if grown else table.dataset)
+        self._db.register("_version", _unread(table.appended if grown else table.dataset))
         try:
             self._db.execute(f'INSERT INTO "{copy}" FROM _version{order}' if grown
                              else f'CREATE TABLE "{copy}" AS FROM _version{order}')
