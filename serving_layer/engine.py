@@ -88,16 +88,17 @@ def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
             for name, days in _speed_days(settings).items()}
 
 
-def _appended(before, after):
-    """The files that dataset ``after`` adds to dataset ``before``, as a dataset, if it only adds files to it
-    (as a micro-batch's commit does) with the same schema; else None."""
-    if before is None or before.schema != after.schema:
+def _appended(kept: list[ds.Fragment] | None, schema: pa.Schema | None,
+              after: ds.FileSystemDataset) -> ds.FileSystemDataset | None:
+    """The files that dataset ``after`` adds to the files ``kept`` (of ``schema``), as a dataset, if it only
+    adds files to them (as a micro-batch's commit does) with the same schema; else None."""
+    if kept is None or schema != after.schema:
         return None
-    kept = {fragment.path for fragment in before.get_fragments()}
+    paths = {fragment.path for fragment in kept}
     fragments = list(after.get_fragments())
-    if not kept <= {fragment.path for fragment in fragments}:
+    if not paths <= {fragment.path for fragment in fragments}:
         return None
-    added = [fragment for fragment in fragments if fragment.path not in kept]
+    added = [fragment for fragment in fragments if fragment.path not in paths]
     return ds.FileSystemDataset(added, after.schema, after.format, after.filesystem)
 
 
@@ -139,19 +140,34 @@ def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
 
 
 class _Table:
-    """One Delta table, read again only when its log changed."""
+    """One Delta table, read again only when its log changed. Its files are kept as a list that a new
+    version's commits extend, and made into an Arrow dataset only when one is asked for: a table that is
+    copied into the database needs one only to be copied whole, and building one is the table's size
+    (10 ms at 3,000 files), where a micro-batch's commit adds a few."""
 
     def __init__(self, path: str):
         self.path = path
         self.stamp: tuple[int, int] | None = None  # the log folder's (inode, mtime in ns), when local
         self.table: DeltaTable | None = None
         self.version: int | None = None
-        self.dataset: ds.Dataset | None = None
-        #: What the last change added to the dataset before it, if it only added files (see :func:`_appended`).
-        self.appended: ds.Dataset | None = None
+        #: The current version's files (None: no version read), their schema and how they are read.
+        self.fragments: list[ds.Fragment] | None = None
+        self.schema: pa.Schema | None = None
+        self._format: ds.FileFormat | None = None
+        self._filesystem = None
+        self._dataset: ds.FileSystemDataset | None = None
+        #: What the last change added to the files before it, if it only added files (see :func:`_appended`).
+        self.appended: ds.FileSystemDataset | None = None
+
+    @property
+    def dataset(self) -> ds.FileSystemDataset | None:
+        """The current version as an Arrow dataset (None if no version was read)."""
+        if self._dataset is None and self.fragments is not None:
+            self._dataset = ds.FileSystemDataset(self.fragments, self.schema, self._format, self._filesystem)
+        return self._dataset
 
     def changed(self) -> bool:
-        """Whether :attr:`dataset` changed since the last call: a new version, or the table came or went.
+        """Whether the table changed since the last call: a new version, or the table came or went.
         (A local table's Delta log folder is looked at first: while its stamp stays, nothing changed.)"""
         local, stamp = storage.local_path(self.path), None
         if local is not None:
@@ -177,29 +193,31 @@ class _Table:
         self.stamp = stamp
         if self.table.version() == self.version:
             return False
-        before, self.version, self.dataset = self.dataset, self.table.version(), self.table.to_pyarrow_dataset()
-        self.appended = _appended(before, self.dataset)
+        whole = self.table.to_pyarrow_dataset()
+        self.appended = _appended(self.fragments, self.schema, whole)
+        self.version, self.fragments, self._dataset = self.table.version(), list(whole.get_fragments()), whole
+        self.schema, self._format, self._filesystem = whole.schema, whole.format, whole.filesystem
         return True
 
     def _grow(self, version: int, adds: list[dict]) -> bool:
-        """Move to ``version`` by adding the files of ``adds`` (Delta add actions) to the dataset; whether
-        that changed it."""
-        self.version, before = version, self.dataset
+        """Move to ``version`` by adding the files of ``adds`` (Delta add actions); whether that changed
+        the table."""
+        self.version = version
         if not adds:
             return False
-        assert before is not None  # read on from a version read before
-        added = [before.format.make_fragment(unquote(add["path"]), before.filesystem,
-                                             partition_expression=_guarantee(add, before.schema))
+        assert self.fragments is not None and self._format is not None  # read on from a version read before
+        added = [self._format.make_fragment(unquote(add["path"]), self._filesystem,
+                                            partition_expression=_guarantee(add, self.schema))
                  for add in adds]
-        self.appended = ds.FileSystemDataset(added, before.schema, before.format, before.filesystem)
-        self.dataset = ds.FileSystemDataset([*before.get_fragments(), *added], before.schema, before.format,
-                                            before.filesystem)
+        self.appended = ds.FileSystemDataset(added, self.schema, self._format, self._filesystem)
+        self.fragments, self._dataset = [*self.fragments, *added], None
         return True
 
     def forget(self) -> bool:
         """Forget what was read (the next :meth:`changed` reads the table anew); whether there was data."""
-        gone = self.dataset is not None
-        self.stamp, self.table, self.version, self.dataset, self.appended = None, None, None, None, None
+        gone = self.fragments is not None
+        self.stamp, self.table, self.version, self.appended = None, None, None, None
+        self.fragments, self.schema, self._format, self._filesystem, self._dataset = None, None, None, None, None
         return gone
 
 
@@ -287,10 +305,11 @@ class Engine:
                 if name == tables.SERVING_VERSIONS.name:
                     self._point_batch_tables()
         if changed:
-            registered = {name: t.dataset for name, t in self._tables.items() if t.dataset is not None}
-            registered.update(self._copy_all([name for name in changed if name in registered and name not in SCANNED]))
+            present = {name for name, t in self._tables.items() if t.fragments is not None}
+            registered: dict = {name: self._tables[name].dataset for name in present & SCANNED}
+            registered.update(self._copy_all([name for name in changed if name in present - SCANNED]))
             registered.update({name: data for name, data in self._state.tables.items()
-                               if name in registered and name not in changed and isinstance(data, str)})
+                               if name in present and name not in changed and isinstance(data, str)})
             self._retired.update(_copies(self._state.tables) - _copies(registered))
             self._state = _State(registered, self._view_sql(registered))
             self._drop_unused()
@@ -336,8 +355,8 @@ class Engine:
         inserted); any other gets a name never used before (two tables a view switches between may
         have versions of one number)."""
         table = self._tables[name]
-        assert table.dataset is not None  # only a table with data is copied
-        order = " ORDER BY window_start" if "window_start" in table.dataset.schema.names else ""
+        assert table.fragments is not None and table.schema is not None  # only a table with data is copied
+        order = " ORDER BY window_start" if "window_start" in table.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
         self._db.register("_version", _unread(table.appended if grown else table.dataset))
@@ -356,8 +375,8 @@ class Engine:
             return Counter(self._copied)
 
     def _view_sql(self, registered: dict) -> dict[str, str]:
-        partials = self._tables[tables.SPEED_PARTIALS.name].dataset
-        return merged_views(self._views, set(registered), set(partials.schema.names) if partials else set())
+        partials = self._tables[tables.SPEED_PARTIALS.name].schema
+        return merged_views(self._views, set(registered), set(partials.names) if partials else set())
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
