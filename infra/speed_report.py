@@ -41,6 +41,9 @@ class Health:
     totals: dict[str, int] = field(default_factory=dict)
     #: Seconds per step of the last micro-batch (parse, dedupe, each view, each commit).
     steps: dict[str, float] = field(default_factory=dict)
+    #: Seconds per step of the process's start, from its creation to its queries' start (imports, the
+    #: resume plan, the Spark session, the tables, the queries).
+    startup: dict[str, float] = field(default_factory=dict)
     queries: dict[str, QueryHealth] = field(default_factory=dict)
 
     @property

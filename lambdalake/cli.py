@@ -268,8 +268,9 @@ def _status(settings, args) -> None:
     table("speed layer queries", [[name, q.batch_id, q.last_progress, round(q.processed_rows_per_second or 0)]
                                   for name, q in (health.queries if health else {}).items()],
           ["query", "micro-batch", "last progress", "records/s"])
-    if health and health.steps:
-        print("last micro-batch: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in health.steps.items()))
+    for what, steps in (("started", health.startup), ("last micro-batch", health.steps)) if health else ():
+        if steps:
+            print(f"{what}: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in steps.items()))
     table(f"late events, behind the speed watermark (the batch layer recomputes their days): "
           f"{sum(r['events'] for r in late)}", [[r["view"], r["day"], r["events"], r["last"]] for r in late],
           ["view", "day", "events", "last"])

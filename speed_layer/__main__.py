@@ -8,29 +8,38 @@ import signal
 import sys
 import time
 
+import psutil
+
 from infra import settings as config
 from infra import spark as sparks
 from infra import speed_report
 from speed_layer import health, queries, resume
+from speed_layer.fold import timed
 
 
 def main() -> int:
     settings = config.load()
+    startup = {"imports": round(time.time() - psutil.Process().create_time(), 3)}
     try:  # before Spark starts: a lost checkpoint is told at once
-        start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
+        with timed(startup, "resume plan"):
+            start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
     except resume.CheckpointLost as lost:
         print(f"speed layer: {lost}", file=sys.stderr)
         speed_report.write(settings.speed_health_file,
                            speed_report.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                                str(lost)))
         return 2
-    spark = sparks.session(settings, "lambdalake-speed")
-    queries.ensure_tables(spark, settings)
-    landing, fold = queries.start_events(spark, settings, start)
-    others = [queries.start_dimension(spark, settings, d) for d in settings.dimensions]
+    with timed(startup, "Spark session"):
+        spark = sparks.session(settings, "lambdalake-speed")
+    with timed(startup, "tables"):
+        queries.ensure_tables(spark, settings)
+    with timed(startup, "events query"):
+        landing, fold = queries.start_events(spark, settings, start)
+    with timed(startup, "dimension queries"):
+        others = [queries.start_dimension(spark, settings, d) for d in settings.dimensions]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    error, monitor = None, health.Monitor(settings, landing, fold, others, start[1])
+    error, monitor = None, health.Monitor(settings, landing, fold, others, start[1], startup)
     while not stopping and error is None:
         failed = [q for q in [landing, *others] if not q.isActive]
         if failed:

@@ -82,7 +82,7 @@ class Fold:
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         steps: dict[str, float] = {}
         counted = self._fold(records, batch_id, steps)
-        with _timed(steps, "keep state"):
+        with timed(steps, "keep state"):
             self.state.advance(counted.newest)
         self.timings = steps
         for name, count in (("records", counted.total), ("dead_letters", counted.dead),
@@ -96,17 +96,17 @@ class Fold:
 
     def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Land ``records`` and fold their new events into every view."""
-        with _timed(steps, "ledger"):
+        with timed(steps, "ledger"):
             finals = late_events.final_through(self.settings, self.views) if self.views else {}
-        with _timed(steps, "parse"):
+        with timed(steps, "parse"):
             ingested_at = datetime.now(UTC)
             built = events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes)
-        with _timed(steps, "collect"):
+        with timed(steps, "collect"):
             rows = delta.to_arrow(built)
-        with _timed(steps, "tally"):
+        with timed(steps, "tally"):
             counted = late_events.tallied(rows, self.state.watermark)
             late = late_events.count(counted, self.views, finals, batch_id)
-        with _timed(steps, "dead letters"):
+        with timed(steps, "dead letters"):
             dead = self._dead_letters(records, rows, ingested_at) if counted.dead else None
         side = [(dead, tables.DEAD_LETTERS) if dead is not None else None,
                 (late, tables.LATE_EVENTS) if late.num_rows else None]
@@ -116,7 +116,7 @@ class Fold:
             done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write)
                                           for write in filter(None, side)]
             if self.views:
-                with _timed(steps, "dedupe"):
+                with timed(steps, "dedupe"):
                     self._new(landed)
                 done.append(pool.submit(self._commit, steps, batch_id, self._partials(steps), tables.SPEED_PARTIALS))
             for commit in done:
@@ -124,7 +124,7 @@ class Fold:
         self._commit(steps, batch_id, landed, tables.RAW_EVENTS)
         if not self.views:
             return counted
-        with _timed(steps, "keep state"):
+        with timed(steps, "keep state"):
             self.state.remember()
             for view in self.views:
                 if isinstance(view.window, Session):
@@ -150,7 +150,7 @@ class Fold:
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table) -> None:
         """Append ``rows`` to ``table`` unless this micro-batch was committed there: rows in the driver
         (Arrow) by delta-rs, a DataFrame by Spark's Delta writer. Timed."""
-        with _timed(steps, f"commit {table.name}"):
+        with timed(steps, f"commit {table.name}"):
             self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
 
     def _new(self, landed: pa.Table) -> None:
@@ -182,7 +182,7 @@ class Fold:
                 ds.field("valid_to").is_null())
 
         def partials(view: View, cursor: duckdb.DuckDBPyConnection) -> pa.Table:
-            with _timed(steps, f"view {view.name}"):
+            with timed(steps, f"view {view.name}"):
                 for name, dimension in current.items():
                     cursor.register(name, dimension)
                 if isinstance(view.window, Session):
@@ -196,9 +196,10 @@ class Fold:
 
 def _partials_schema(spark: SparkSession, settings: Settings, views: list[View], empty: DataFrame) -> pa.Schema:
     """The partials table's columns for ``views``, as Spark types them (no Spark job: plans of no rows
-    from ``empty``, a parse of none)."""
+    from ``empty``, a parse of none, and of empty dimensions of their tables' columns; Spark's own read of
+    a Delta table, the first in a new JVM, would take 3 s of the speed layer's start)."""
     none = events.landed(empty, settings.source)
-    dimensions = {name: spark.read.format("delta").load(settings.table(name))
+    dimensions = {name: spark.createDataFrame(tables.columns(settings.table(name)).empty_table())
                   for view in views for name in compile.dimension_tables(view)}
     packed = [compile.packed(view, compile.aggregate(view, compile.enrich(view, compile.prepare(view, none),
                                                                           dimensions, as_of=False), exact=False))
@@ -216,7 +217,7 @@ def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 @contextmanager
-def _timed(steps: dict[str, float], step: str):
+def timed(steps: dict[str, float], step: str):
     """Add the block's seconds to ``steps[step]``."""
     began = time.perf_counter()
     yield

@@ -55,8 +55,9 @@ class Monitor:
     from its progress reports as they come."""
 
     def __init__(self, settings: Settings, events: StreamingQuery, fold, others: list[StreamingQuery],
-                 starting_offsets: str):
+                 starting_offsets: str, startup: dict[str, float]):
         self._settings, self._events, self._fold, self._others = settings, events, fold, others
+        self._startup = startup
         self._meter, self._started = Meter(settings, starting_offsets), time.time()
         self._seen: str | None = None
         self._recent: deque[float] = deque(maxlen=RECENT)
@@ -78,7 +79,7 @@ class Monitor:
                                                  UTC).isoformat(),
             stall_after_seconds=max(floor, STALL_FACTOR * statistics.median(self._recent)) if self._recent else floor,
             watermark=self._fold.state.watermark.isoformat() if self._fold.state.watermark else None,
-            totals=dict(self._fold.totals), steps=dict(self._fold.timings),
+            totals=dict(self._fold.totals), steps=dict(self._fold.timings), startup=self._startup,
             queries={q.name: _query(q, progress[q.name]) for q in queries})
 
     def close(self) -> None:

@@ -77,6 +77,11 @@ def opened(path: str) -> DeltaTable | None:
         return None
 
 
+def columns(path: str) -> pa.Schema:
+    """The columns of the Delta table at ``path`` as its log declares them (delta-rs, no Spark job)."""
+    return pa.schema(DeltaTable(path).schema().to_arrow())
+
+
 _UTC = pa.timestamp("us", "UTC")
 
 #: raw_events keeps file statistics (min, max, nulls) on its times only: they are what a file's events share

@@ -150,6 +150,8 @@ def test_kill_9_five_times_during_100k_events_the_watchdog_restarts_it_and_nothi
     _assert_exactly_once(home, records)
     _assert_speed_view_equals_oracle(home, records)
     assert services.speed_health(home).error is None and services.speed_problem(home) is None
+    assert list(services.speed_health(home).startup) == [  # what its last start took, step by step
+        "imports", "resume plan", "Spark session", "tables", "events query", "dimension queries"]
     services.stop_speed(home, hold=True)  # `lambdalake speed stop`: the watchdog leaves it stopped
     assert services.watch_speed(home).startswith("held")
     assert processes.running_pid(home, services.SPEED) is None

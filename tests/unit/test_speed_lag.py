@@ -34,6 +34,7 @@ def test_the_health_report_reads_back_typed_as_it_was_written(tmp_path):
     assert speed_report.read(path) is None
     written = speed_report.Health(
         7, "2026-11-28T03:00:00Z", None, lag=12, processed_offsets={"0": 40, "1": 2}, steps={"collect": 0.2},
+        startup={"Spark session": 5.1},
         queries={"landing": speed_report.QueryHealth(True, 3, durations_ms={"triggerExecution": 500}),
                  "products": speed_report.QueryHealth(False)})
     speed_report.write(path, written)
