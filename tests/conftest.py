@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The lanes with a ``slow`` test first, so that the two workers end together; a test on the engine
     outside :data:`ON_THE_ENGINE` is an error."""
     stray = [item.nodeid for item in items
-             if "batch_engine" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"]
+             if "engine_home" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"]
     if stray:
         raise pytest.UsageError(f"{stray[0]} needs the batch engine: add its file to ON_THE_ENGINE (tests/conftest.py)")
     slow = {_lane(item.nodeid) for item in items if item.get_closest_marker("slow")}
@@ -119,14 +119,21 @@ def spark(deployment):
 
 
 @pytest.fixture(scope="session")
-def batch_engine(deployment) -> Iterator[Settings]:
-    """The deployment's batch engine (a Spark Connect server, infra.batch_engine) for the session: the
-    tests' Airflow tasks and the processes they start send their Spark work to it. Never connect to it
-    from the test process itself: a Spark Connect session switches pyspark's functions to Connect for
-    the whole process, and the session's own SparkSession with them."""
-    engines.start(deployment)
+def engine_home(deployment) -> Iterator[Settings]:
+    """The deployment whose batch engine (a Spark Connect server, infra.batch_engine) the session's tests
+    use, started by the first that needs it (:func:`batch_engine`) and stopped at the end."""
     yield deployment
     engines.stop(deployment)
+
+
+@pytest.fixture
+def batch_engine(engine_home) -> Settings:
+    """The deployment's batch engine, running: the tests' Airflow tasks and the processes they start
+    send their Spark work to it. Never connect to it from the test process itself: a Spark Connect
+    session switches pyspark's functions to Connect for the whole process, and the session's own
+    SparkSession with them."""
+    engines.start(engine_home)  # a no-op while it runs
+    return engine_home
 
 
 @pytest.fixture(scope="session")
@@ -139,13 +146,14 @@ def object_store(deployment) -> Iterator[str]:
 
 
 @pytest.fixture
-def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Iterator[Settings]:
+def on_cluster_and_object_store(engine_home, object_store) -> Iterator[Settings]:
     """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
     the object store, for one test: the speed layer it starts and the batch engine, which Airflow's
-    batch tasks use, run there; afterwards the cluster is stopped and the engine runs locally again."""
-    path = deployment.home / "settings.json"
+    batch tasks use, run there; afterwards the cluster and the engine are stopped (the next test on the
+    engine starts it locally again)."""
+    path = engine_home.home / "settings.json"
     saved = path.read_text()
-    settings = deployment.save(spark_master="standalone", storage=f"{object_store}/e2e")
+    settings = engine_home.save(spark_master="standalone", storage=f"{object_store}/e2e")
     spark_cluster.start(settings)
     engines.stop(settings)
     engines.start(settings)
@@ -153,7 +161,6 @@ def on_cluster_and_object_store(deployment, batch_engine, object_store) -> Itera
     path.write_text(saved)
     engines.stop(settings)
     assert spark_cluster.stop(settings)
-    engines.start(deployment)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import requests
 from infra import airflow, processes, services
 from infra.settings import load
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("batch_engine")]  # the DAGs run on it
 
 
 def test_status_reports_every_service_healthy(airflow_service):

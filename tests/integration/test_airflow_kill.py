@@ -44,7 +44,8 @@ def _ledger(settings) -> list[tuple[str, date]]:
     return [(row["view"], row["day"]) for row in rows.to_pylist() if row["day"] in DAYS]
 
 
-def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_completes(spark, airflow_service):
+def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_completes(spark, batch_engine,
+                                                                                       airflow_service):
     settings, client = airflow_service.settings, airflow_service.client
     start, end = day_start(DAYS[0]), day_start(DAYS[-1]) + DAY
     records = generate(start, end, 1000 * len(DAYS), seed=31, mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))

@@ -39,7 +39,8 @@ def running(settings: Settings) -> Iterator[AirflowService]:
 
 
 @pytest.fixture(scope="session")
-def airflow_service(batch_engine: Settings) -> Iterator[AirflowService]:
-    """The test deployment's running Airflow (:func:`running`) for the whole session."""
-    with running(batch_engine) as service:
+def airflow_service(engine_home: Settings) -> Iterator[AirflowService]:
+    """The test deployment's running Airflow (:func:`running`) for the whole session; a test whose DAG
+    runs use the batch engine asks for ``batch_engine`` too."""
+    with running(engine_home) as service:
         yield service
