@@ -73,6 +73,9 @@ class Fold:
         empty = events.parse(spark.createDataFrame([], events.KAFKA_RECORD), self.source,
                              settings.max_payload_bytes, settings.future_horizon_seconds)
         self.partials_schema = _partials_schema(spark, settings, views, empty) if views else None
+        if self.partials_schema is not None:  # made with its properties (and given them) before its first commit
+            delta.ensure(tables.SPEED_PARTIALS.path(settings), self.partials_schema, tables.SPEED_PARTIALS.partition_by,
+                         {**dict(tables.SPEED_PARTIALS.properties), **delta.retention_properties(settings)})
         self.dead_schema = delta.arrow_schema(events.dead_letters(empty).schema)
         self.dimensions: dict[str, deltalake.DeltaTable] = {}
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.

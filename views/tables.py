@@ -98,7 +98,10 @@ LATE_EVENTS = Table("late_events", "per view and event day, the events the speed
                                       pa.field("batch_id", pa.int64(), False)]), checkpoint="landing")
 SPEED_PARTIALS = Table("speed_partials", "the speed views' mergeable partial aggregates: a row per micro-batch, "
                        "window and key, the states of view v in struct column v (views.compile.packed), partitioned "
-                       "by view and the hour its windows start", ("view", "window_hour"), checkpoint="landing")
+                       "by view and the hour its windows start", ("view", "window_hour"), checkpoint="landing",
+                       # row counts only: readers skip its files by partition, and the statistics of every
+                       # view's struct fields made each of delta-rs' appends cost 4x more per file the table has
+                       properties=(("delta.dataSkippingNumIndexedCols", "0"),))
 SERVING_STATE = Table("serving_state", "the ledger: per view, the days batch has made final",
                       schema=pa.schema([pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
                                         pa.field("rows", pa.int64(), False),

@@ -218,9 +218,9 @@ def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployme
         len(replayed), sum(r.kind == "malformed" for r in replayed))
 
 
-def _statistics(settings) -> set[str]:
-    """The columns with min/max statistics in any of raw_events' files."""
-    adds = deltalake.DeltaTable(catalog.RAW_EVENTS.path(settings)).get_add_actions(flatten=True)
+def _statistics(settings, table: catalog.Table = catalog.RAW_EVENTS) -> set[str]:
+    """The columns with min/max statistics in any of ``table``'s files."""
+    adds = deltalake.DeltaTable(table.path(settings)).get_add_actions(flatten=True)
     return {name.removeprefix("min.") for name in adds.column_names if name.startswith("min.")}
 
 
@@ -235,6 +235,27 @@ def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, f
     queries.ensure_tables(spark, tables)
     Fold(spark, tables, [], "statistics", driver_bytes=0)(_batches(spark, records)[0], 0)
     assert _statistics(tables) == {"event_time", "ingested_at"}
+
+
+def test_speed_partials_keep_row_counts_and_no_statistics(spark, tables, records, folded):
+    """speed_partials' files carry their row counts (compaction finds crowded hours by them) and no
+    column statistics, and a speed_partials created without that setting gets it when the fold starts."""
+    def counted(settings) -> list[int | None]:
+        table = catalog.SPEED_PARTIALS.opened(settings)
+        return table.get_add_actions(flatten=True).column("num_records").to_pylist() if table else []
+
+    assert _statistics(folded, catalog.SPEED_PARTIALS) == set() and None not in counted(folded)
+    path = catalog.SPEED_PARTIALS.path(tables)
+    spark.read.format("delta").load(catalog.SPEED_PARTIALS.path(folded)).limit(0).write.format("delta").partitionBy(
+        *catalog.SPEED_PARTIALS.partition_by).save(path)
+    views = list(tables.views.values())
+    queries.ensure_tables(spark, tables)
+    batches = _batches(spark, records)
+    fold = Fold(spark, tables, views, "statistics")
+    for batch_id in range(2):
+        fold(batches[batch_id], batch_id)
+    assert deltalake.DeltaTable(path).metadata().configuration["delta.dataSkippingNumIndexedCols"] == "0"
+    assert _statistics(tables, catalog.SPEED_PARTIALS) == set() and counted(tables) and None not in counted(tables)
 
 
 def test_a_table_changed_by_maintenance_between_micro_batches_stops_nothing(spark, tables, records):
