@@ -242,7 +242,7 @@ def test_speed_partials_keep_row_counts_and_no_statistics(spark, tables, records
     column statistics, and a speed_partials created without that setting gets it when the fold starts."""
     def counted(settings) -> list[int | None]:
         table = catalog.SPEED_PARTIALS.opened(settings)
-        return table.get_add_actions(flatten=True).column("num_records").to_pylist() if table else []
+        return pa.table(table.get_add_actions(flatten=True))["num_records"].to_pylist() if table else []
 
     assert _statistics(folded, catalog.SPEED_PARTIALS) == set() and None not in counted(folded)
     path = catalog.SPEED_PARTIALS.path(tables)
