@@ -8,7 +8,6 @@ views equal the oracle.
 
 from __future__ import annotations
 
-import os
 import signal
 from datetime import date
 from itertools import product
@@ -60,8 +59,11 @@ def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_c
                        lambda: AssertionError("the backfill recorded no day final"))
         scheduler = psutil.Process(processes.running_pid(settings, airflow.SCHEDULER))
         forked = scheduler.children(recursive=True)  # its executor's workers and the tasks they run
-        for name in (airflow.SCHEDULER, airflow.API_SERVER):
-            os.kill(processes.running_pid(settings, name), signal.SIGKILL)
+        killed = [psutil.Process(processes.running_pid(settings, name)) for name in (airflow.SCHEDULER,
+                                                                                     airflow.API_SERVER)]
+        for proc in killed:
+            proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(killed, timeout=30)  # gone, as before a user's `up`: a kill -9 is not instant
         assert set(_ledger(settings)) < every  # mid-backfill
 
         services.start_airflow(settings)  # what `lambdalake up` does
