@@ -20,13 +20,14 @@ batch engine) alike.
 from __future__ import annotations
 
 import time
+from functools import partial
 from urllib.parse import unquote
 
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.core import url_to_fs
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from infra import delta, storage
 from infra.airflow import parsing_logs, task_logs
@@ -73,11 +74,16 @@ def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
         log = opened(table)  # None: a folder without a first commit (being created)
         if log is None or not _has_small_files(log):
             continue
-        [report] = spark.sql(f"OPTIMIZE {_sql(table)}").collect()  # one row: the table's path and metrics
+        # one row: the table's path and metrics; made again if the speed layer packed the table meanwhile
+        [report] = delta.retried(partial(_optimize, spark, table))
         removed = report["metrics"]["numFilesRemoved"]
         if removed:
             done[_name(settings, table)] = removed
     return done
+
+
+def _optimize(spark: SparkSession, table: str) -> list[Row]:
+    return spark.sql(f"OPTIMIZE {_sql(table)}").collect()
 
 
 def _retain(spark: SparkSession, table: str, log: deltalake.DeltaTable, properties: dict[str, str]) -> None:

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from infra import delta
 from infra.settings import Settings
 from speed_layer import state
 from views import compile, tables, timebase
@@ -105,7 +106,12 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
         if not hours:
             continue
         where = f"view = '{view.name}' AND window_hour IN ({', '.join(f'TIMESTAMP {h!r}' for h in hours)})"
-        (_fold(view, table.where(where)).unionByName(table.limit(0), allowMissingColumns=True).select(*table.columns)
-         .write.format("delta").mode("overwrite").option("replaceWhere", where).save(path))
+
+        def fold(view: View = view, where: str = where) -> None:  # again on the table's newest version if the
+            current = tables.SPEED_PARTIALS.read(spark, settings)  # speed layer packed these hours meanwhile
+            (_fold(view, current.where(where)).unionByName(current.limit(0), allowMissingColumns=True)
+             .select(*current.columns).write.format("delta").mode("overwrite").option("replaceWhere", where).save(path))
+
+        delta.retried(fold)
         done[view.name] = len(hours)
     return done

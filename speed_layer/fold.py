@@ -17,7 +17,8 @@ with each micro-batch ``n``:
 4. the commits, each skipped if micro-batch ``n`` of this query was committed there before
    (:class:`infra.delta.BatchAppends`), by delta-rs from the driver: dead_letters and late_events
    (while the views are folded) and the partials of every view in one commit to speed_partials, side
-   by side; then raw_events, last.
+   by side; then raw_events, last. Their small files are packed as they gather
+   (:mod:`speed_layer.packing`), in a thread of their own.
 
 A micro-batch's fixed cost is then one Spark job and milliseconds of DuckDB, where folding six views
 in Spark took some twenty jobs and thousands of calls into its JVM to plan them. Landing alone (no
@@ -42,7 +43,7 @@ from pyspark.sql import functions as F
 from infra import delta
 from infra.settings import Settings
 from lake import sketches
-from speed_layer import late_events, state
+from speed_layer import late_events, packing, state
 from views import compile, events, sql, tables
 from views.model import Session, View
 
@@ -61,6 +62,7 @@ class Fold:
                  driver_bytes: int = DRIVER_BYTES) -> None:
         self.settings, self.views, self.driver_bytes = settings, views, driver_bytes
         self.appends = delta.BatchAppends(app_id)
+        self.packer = packing.Packer()
         self.source = settings.source
         self.db = duckdb.connect()
         self.db.execute("SET TimeZone = 'UTC'")
@@ -125,6 +127,7 @@ class Fold:
             for commit in done:
                 commit.result()
         self._commit(steps, batch_id, landed, tables.RAW_EVENTS)
+        self.packer.pack_if_due()
         if not self.views:
             return counted
         with timed(steps, "keep state"):
@@ -153,8 +156,11 @@ class Fold:
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table) -> None:
         """Append ``rows`` to ``table`` unless this micro-batch was committed there: rows in the driver
         (Arrow) by delta-rs, a DataFrame by Spark's Delta writer. Timed."""
+        path = table.path(self.settings)
         with timed(steps, f"commit {table.name}"):
-            self.appends.append(rows, table.path(self.settings), batch_id, table.partition_by)
+            appended = self.appends.append(rows, path, batch_id, table.partition_by)
+        if appended and isinstance(rows, pa.Table):
+            self.packer.appended(path, table, rows)
 
     def _new(self, landed: pa.Table) -> None:
         """The first copy of each event of ``landed`` that is not late and was not seen before, as the
