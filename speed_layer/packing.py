@@ -58,8 +58,6 @@ class Packer:
         self.written: dict[tuple[str, str | None], _Written] = defaultdict(_Written)
         self.pool = ThreadPoolExecutor(1, "pack")
         self.running: Future[None] | None = None
-        #: Per table path, how many files packing has removed so far.
-        self.removed: dict[str, int] = defaultdict(int)
 
     def appended(self, path: str, table: tables.Table, rows: pa.Table) -> None:
         """Count ``rows``, just appended to ``table`` at ``path``: a file per partition."""
@@ -75,7 +73,7 @@ class Packer:
             if not self.running.done():
                 return
             if error := self.running.exception():
-                log.warning("packing the speed layer's small files failed (next time, again): %s", error)
+                log.warning("packing the speed layer's small files failed (maintenance packs them): %s", error)
         due = {key: written for key, written in self.written.items() if written.files >= self.files}
         for key in due:
             del self.written[key]
@@ -85,15 +83,11 @@ class Packer:
         for (path, column), written in due.items():
             where = [(column, "in", sorted(written.values))] if column else None
             metrics = delta.retried(partial(self._compact, path, where))
-            self.removed[path] += metrics["numFilesRemoved"]
+            log.info("packed %d files of %s into %d", metrics["numFilesRemoved"], path, metrics["numFilesAdded"])
 
     def _compact(self, path: str, where: FilterConjunctionType | None) -> dict[str, Any]:
         return deltalake.DeltaTable(path).optimize.compact(partition_filters=where, target_size=self.target,
                                                            max_concurrent_tasks=1)
-
-    def close(self) -> None:
-        """Wait for packing under way."""
-        self.pool.shutdown(wait=True)
 
 
 def _partition_value(value: object) -> str:

@@ -41,8 +41,8 @@ def test_the_partitions_written_are_packed_once_they_gathered_enough_files_and_n
                                   partition_by=list(tables.SPEED_PARTIALS.partition_by))
     for batch in range(2, 42):  # 4 files each: packed after every 4
         _append(packer, path, _partials(batch, [HOUR, HOUR + timedelta(hours=1)]))
-        packer.running and packer.running.result()
-    packer.close()
+        if packer.running:
+            packer.running.result()
 
     table = deltalake.DeltaTable(path)
     assert sorted(table.to_pyarrow_table()["batch"].to_pylist()) == sorted(
