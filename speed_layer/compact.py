@@ -7,7 +7,7 @@ per micro-batch. An hour is closed when all its windows end before the watermark
 reaches back (a click may still flag a search 30 minutes old, a session may still grow from a day
 ago). Its partition (``view``, ``window_hour``) is then replaced in one Delta commit (``replaceWhere``):
 readers see the partials or their fold, never both, and the stream, which no longer appends there,
-never conflicts with it.
+never conflicts with it (if the speed layer's packing commits first, the fold is made again).
 
 Which hours may need folding is read from the Delta log with delta-rs, without a Spark job: only a
 closed hour that holds more than one row can hold more than one partial per window and key, so a
