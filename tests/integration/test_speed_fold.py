@@ -20,7 +20,7 @@ from domains.clickstream import generator
 from domains.producer import Record
 from domains.sample import Mix
 from infra.settings import load
-from speed_layer import queries
+from speed_layer import packing, queries
 from speed_layer.compact import compact
 from speed_layer.fold import Fold
 from tests.compare import merged_rows
@@ -155,6 +155,25 @@ def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, 
     assert all(after[r["view"]] < r["count"] for r in before if r["view"] in folded_hours)
     assert _same(_speed(folded), uninterrupted)
     assert compact(spark, folded) == {}  # nothing left to fold
+
+
+def test_a_fold_that_packs_its_files_as_it_goes_merges_to_the_same_rows(spark, deployment, tmp_path_factory, records,
+                                                                      folded, uninterrupted):
+    """The partitions the fold writes, packed while it folds (speed_layer.packing), hold the same rows in
+    fewer files."""
+    settings = _home(tmp_path_factory, deployment, "packed")
+    queries.ensure_tables(spark, settings)
+    fold = Fold(spark, settings, list(settings.views.values()), "fold")
+    fold.packer = packing.Packer(files=3)
+    for batch_id, batch in enumerate(_batches(spark, records)):
+        fold(batch, batch_id)
+        if fold.packer.running:
+            fold.packer.running.result()
+    assert _same(_speed(settings), uninterrupted)
+    for table in (catalog.RAW_EVENTS, catalog.SPEED_PARTIALS):
+        packed, unpacked = table.opened(settings), table.opened(folded)
+        assert "OPTIMIZE" in {commit["operation"] for commit in packed.history()}
+        assert len(packed.file_uris()) < len(unpacked.file_uris()), table.name
 
 
 def test_the_state_forgets_what_the_watermark_makes_useless(spark, tables, records):
