@@ -75,8 +75,16 @@ def start(settings: Settings, timeout: float = 120) -> None:
                         cwd=settings.home)
     processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
                          alive=lambda: processes.running_pid(settings, NAME) is not None)
-    if started and settings.batch_engine_warm_up:
+    if started and _warms_up(settings):
         warm_up(settings)
+
+
+def _warms_up(settings: Settings) -> bool:
+    """Whether a start warms the engine up: the setting ``batch_engine_warm_up``, for a domain whose
+    generator can make the rehearsed day."""
+    from domains import has_generator
+
+    return settings.batch_engine_warm_up and has_generator(settings.domain)
 
 
 def warm_up(settings: Settings) -> None:
@@ -173,5 +181,5 @@ def watch(settings: Settings) -> str:
         return "healthy"
     stop(settings)
     start(settings)
-    warmed = "; warmed up with a rehearsed day" if settings.batch_engine_warm_up else ""
+    warmed = "; warmed up with a rehearsed day" if _warms_up(settings) else ""
     return f"restarted: the batch engine was not running or did not answer{warmed}"

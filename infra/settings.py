@@ -44,7 +44,8 @@ class Settings:
     #: of Airflow's processes write at once.
     airflow_database: str = "sqlite"
     airflow_database_port: int = 5433
-    #: The bundled domain the deployment computes over (``domains.<domain>``: its source, dimensions, views).
+    #: The domain the deployment computes over (its source, dimensions, views): a bundled one
+    #: (``domains.<domain>``), an importable package, or the path of a folder of its own (views.package).
     domain: str = DEFAULT_DOMAIN
     #: Prefixed to the Kafka topics the domain declares (its events', its changelogs'), to tell the
     #: deployments that share a broker apart.

@@ -111,6 +111,10 @@ def _parser() -> Parser:
     reprocess.add_argument("--all", dest="all_history", action="store_true",
                            help="recompute every ended day of raw_events")
     reprocess.set_defaults(run=_reprocess)
+    new_domain = sub.add_parser("new-domain", help="write a domain of your own into a new folder: its source, "
+                                                   "one view and a test of it (then set domain to the folder)")
+    new_domain.add_argument("folder", type=Path, help="the folder to create; its name is the domain's")
+    new_domain.set_defaults(run=_new_domain)
     return parser
 
 
@@ -166,7 +170,7 @@ def _produce(settings, args) -> None:
 
     if not (args.from_file or args.days or args.rate):
         raise ValueError("produce needs --from-file F, --days D or --rate N")
-    now, generated = datetime.now(UTC), generator(settings.domain)
+    now = datetime.now(UTC)
     dimensions = _dimensions(settings, args.changelog, bool(args.from_file))
     if dimensions and args.from_file:
         [dimension] = dimensions
@@ -178,7 +182,7 @@ def _produce(settings, args) -> None:
               + (f"; {read.report()}" if read.report() else ""))
     elif dimensions:
         start, end = now - timedelta(days=args.days or 0), now + timedelta(seconds=args.duration if args.rate else 0)
-        changelogs = generated.changelogs(start, end, seed=args.seed)
+        changelogs = generator(settings.domain).changelogs(start, end, seed=args.seed)
         for dimension in dimensions:
             changes, topic = changelogs[dimension.name], settings.topic_of(dimension.topic)
             sent = producer.send_changelog(settings, changes, topic)
@@ -190,12 +194,13 @@ def _produce(settings, args) -> None:
         print(f"sent {sent} records from {args.from_file} to {settings.topic}"
               + (f"; {read.report()}" if read.report() else ""))
     if args.days:
-        records = generated.generate(now - timedelta(days=args.days), now, args.days * args.per_day, args.seed)
+        records = generator(settings.domain).generate(now - timedelta(days=args.days), now,
+                                                      args.days * args.per_day, args.seed)
         sent = producer.send(settings, records)
         print(f"history ({args.days} days): sent {sent}: {counts(records)}")
     if args.rate:
-        records = generated.generate(now, now + timedelta(seconds=args.duration),
-                                     int(args.rate * args.duration), args.seed + 1, shaped=False)
+        records = generator(settings.domain).generate(now, now + timedelta(seconds=args.duration),
+                                                      int(args.rate * args.duration), args.seed + 1, shaped=False)
         sent = producer.send(settings, records, paced_from=now)
         print(f"live ({args.rate:g}/s for {args.duration:g}s): sent {sent}: {counts(records)}")
 
@@ -367,6 +372,16 @@ def _deadletters(settings, args) -> None:
 
     print(deadletters.command(settings, args.action, reason=args.reason, limit=args.limit, from_file=args.from_file,
                               as_json=args.json))
+
+
+def _new_domain(settings, args) -> None:
+    from lambdalake import new_domain
+
+    written = new_domain.write(args.folder)
+    folder = written[0].parent
+    print("\n".join(f"wrote {path}" for path in written))
+    print(f"next: edit them, run `pytest {folder}/tests`, and set \"domain\": \"{folder}\" in "
+          f"{settings.home / 'settings.json'}")
 
 
 def run(argv: list[str]) -> None:

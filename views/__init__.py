@@ -1,17 +1,21 @@
 """How views are declared and computed: the vocabulary (``model``, ``source``), the Spark code that
 compiles declarations (``compile``, ``events``, ``changelog``), and where a deployment's views are found.
 
-A domain (``domains.<name>``) declares its source and dimensions and holds one module per view, each
-declaring ``VIEW``. Adding a view is adding a module there (or, for a deployment's own views, naming its
-module in the ``view_modules`` setting); :func:`all_views` finds it, and every layer takes its views
-from there.
+A domain (a bundled ``domains.<name>``, or a deployment's own package or folder: :func:`package`)
+declares its source and dimensions and holds one module per view in its ``views``, each declaring
+``VIEW``. Adding a view is adding a module there (or, for a deployment's own views, naming its module
+in the ``view_modules`` setting); :func:`all_views` finds it, and every layer takes its views from there.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
 from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
 
 from views.model import View
 from views.source import Domain
@@ -20,21 +24,58 @@ from views.source import Domain
 DEFAULT_DOMAIN = "clickstream"
 
 
-def domain(name: str = DEFAULT_DOMAIN) -> Domain:
-    """The bundled domain ``name`` (``domains.<name>.DOMAIN``)."""
+def package(name: str = DEFAULT_DOMAIN) -> ModuleType:
+    """The package declaring domain ``name`` (the ``domain`` setting): a bundled domain
+    (``domains.<name>``), any importable package (``acme.events``), or a folder holding one, named by
+    its path (``/srv/acme_events``, ``./acme_events``), which need not be importable."""
+    if "/" in name or name.startswith((".", "~")):
+        return _folder(Path(name).expanduser().resolve())
+    for candidate in (f"domains.{name}", name):
+        try:
+            return importlib.import_module(candidate)
+        except ModuleNotFoundError as missing:  # the candidate itself, not a module it imports
+            if not missing.name or not (candidate + ".").startswith(missing.name + "."):
+                raise
+    bundled = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__) if info.ispkg]
+    raise ValueError(f"unknown domain {name!r} (setting domain): a bundled one ({', '.join(bundled)}), an "
+                     f"importable package, or the path of a folder declaring DOMAIN in its __init__.py")
+
+
+def _folder(folder: Path) -> ModuleType:
+    """The domain package in ``folder``, imported under the folder's name (once per process)."""
+    name, init = folder.name, folder / "__init__.py"
+    if not init.is_file():
+        raise ValueError(f"domain folder {folder} (setting domain) has no __init__.py declaring DOMAIN")
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(loaded.__file__ or "").resolve() == init:
+        return loaded
+    if not name.isidentifier() or loaded is not None or importlib.util.find_spec(name) is not None:
+        raise ValueError(f"domain folder {folder} (setting domain): its name {name!r} must be a Python "
+                         f"identifier that no installed module has; rename the folder")
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
     try:
-        declared = importlib.import_module(f"domains.{name}").DOMAIN
-    except (ModuleNotFoundError, AttributeError):
-        known = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__) if info.ispkg]
-        raise ValueError(f"unknown domain {name!r} (setting domain); known: {', '.join(known)}") from None
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def domain(name: str = DEFAULT_DOMAIN) -> Domain:
+    """Domain ``name``'s declaration (its package's ``DOMAIN``, :func:`package`)."""
+    declared = getattr(package(name), "DOMAIN", None)
+    if not isinstance(declared, Domain):
+        raise ValueError(f"domain {name!r} (setting domain) declares no DOMAIN (a views.source.Domain)")
     return declared
 
 
 def all_views(extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMAIN) -> dict[str, View]:
     """Every view of domain ``domain_name`` and of ``extra_modules``, by name."""
     extra_modules = tuple(extra_modules)
-    package = importlib.import_module(f"domains.{domain(domain_name).name}.views")
-    modules = [f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
+    declared = importlib.import_module(f"{package(domain_name).__name__}.views")
+    modules = [f"{declared.__name__}.{info.name}" for info in pkgutil.iter_modules(declared.__path__)]
     found = {}
     for name in modules + list(extra_modules):
         try:

@@ -3,7 +3,9 @@ mistakes they refuse."""
 
 import pytest
 
+from domains import generator, has_generator
 from domains.clickstream import EVENTS, PRODUCTS
+from lambdalake import new_domain
 from views import all_views, domain
 from views.source import DECIMAL, STRING, Changelog, Source
 
@@ -25,8 +27,42 @@ def test_the_key_time_and_kind_fields_land_as_the_columns_every_layer_reads():
 def test_a_deployment_finds_its_domain_and_the_domain_its_views():
     assert domain("clickstream").source is EVENTS and domain().dimensions == (PRODUCTS,)
     assert set(all_views(domain_name="clickstream")) >= {"page_views_per_minute", "sessions_hourly"}
-    with pytest.raises(ValueError, match=r"unknown domain 'shop' .*known: .*clickstream"):
+    with pytest.raises(ValueError, match=r"unknown domain 'shop' .*a bundled one \(ads, clickstream\)"):
         domain("shop")
+
+
+def test_a_domain_in_a_folder_of_its_own_is_found_by_its_path(tmp_path):
+    written = new_domain.write(tmp_path / "acme_unit")
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        "acme_unit/__init__.py", "acme_unit/views/__init__.py", "acme_unit/views/orders_per_hour.py",
+        "acme_unit/tests/test_orders_per_hour.py"]
+    folder = str(tmp_path / "acme_unit")
+    assert domain(folder).source.topic == "acme_unit-events" and domain(folder) is domain(folder)
+    assert list(all_views(domain_name=folder)) == ["orders_per_hour"]
+    assert not has_generator(folder) and has_generator("clickstream")
+    with pytest.raises(ValueError, match=r"domain .*acme_unit has no sample-data generator.*--from-file"):
+        generator(folder)
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("json", "its name 'json' must be a Python identifier that no installed module has"),
+    ("bare", "has no __init__.py declaring DOMAIN"),
+])
+def test_a_folder_that_cannot_be_a_domain_is_refused_with_its_reason(tmp_path, name, problem):
+    (tmp_path / name).mkdir()
+    if name == "json":
+        (tmp_path / name / "__init__.py").write_text("")
+    with pytest.raises(ValueError, match=problem):
+        domain(str(tmp_path / name))
+
+
+def test_new_domain_writes_only_into_a_new_or_empty_folder_with_a_python_name(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="exists and is not empty"):
+        new_domain.write(tmp_path / "taken")
+    with pytest.raises(ValueError, match="'9lives' must be a Python identifier"):
+        new_domain.write(tmp_path / "9lives")
 
 
 @pytest.mark.parametrize("changes,problem", [
