@@ -45,7 +45,8 @@ class Settings:
     airflow_database: str = "sqlite"
     airflow_database_port: int = 5433
     #: The domain the deployment computes over (its source, dimensions, views): a bundled one
-    #: (``domains.<domain>``), an importable package, or the path of a folder of its own (views.package).
+    #: (``domains.<domain>``), an importable package, or the absolute path of a folder of its own
+    #: (views.package).
     domain: str = DEFAULT_DOMAIN
     #: Prefixed to the Kafka topics the domain declares (its events', its changelogs'), to tell the
     #: deployments that share a broker apart.

@@ -27,9 +27,12 @@ DEFAULT_DOMAIN = "clickstream"
 def package(name: str = DEFAULT_DOMAIN) -> ModuleType:
     """The package declaring domain ``name`` (the ``domain`` setting): a bundled domain
     (``domains.<name>``), any importable package (``acme.events``), or a folder holding one, named by
-    its path (``/srv/acme_events``, ``./acme_events``), which need not be importable."""
-    if "/" in name or name.startswith((".", "~")):
-        return _folder(Path(name).expanduser().resolve())
+    its absolute path (``/srv/acme_events``, ``~/acme_events``), which need not be importable."""
+    if "/" in name or name.startswith("~"):
+        folder = Path(name).expanduser()
+        if not folder.is_absolute():  # every process of the deployment (Airflow's too) resolves it alike
+            raise ValueError(f"domain folder {name!r} (setting domain): name it by its absolute path")
+        return _folder(folder.resolve())
     for candidate in (f"domains.{name}", name):
         try:
             return importlib.import_module(candidate)

@@ -47,13 +47,14 @@ def test_a_domain_in_a_folder_of_its_own_is_found_by_its_path(tmp_path):
 @pytest.mark.parametrize("name,problem", [
     ("json", "its name 'json' must be a Python identifier that no installed module has"),
     ("bare", "has no __init__.py declaring DOMAIN"),
+    ("./relative", "name it by its absolute path"),
 ])
 def test_a_folder_that_cannot_be_a_domain_is_refused_with_its_reason(tmp_path, name, problem):
-    (tmp_path / name).mkdir()
+    (tmp_path / name).mkdir(parents=True)
     if name == "json":
         (tmp_path / name / "__init__.py").write_text("")
     with pytest.raises(ValueError, match=problem):
-        domain(str(tmp_path / name))
+        domain(name if name.startswith(".") else str(tmp_path / name))
 
 
 def test_new_domain_writes_only_into_a_new_or_empty_folder_with_a_python_name(tmp_path):
