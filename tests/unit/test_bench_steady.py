@@ -1,9 +1,13 @@
 """The speed bench's verdict on a steady rate, and its summary of the rates it tried."""
 
 import math
+import multiprocessing
+import time
+
+import pytest
 
 from bench.__main__ import _highest
-from bench.live import Steady, kept_up
+from bench.live import Load, Steady, kept_up
 
 
 def tried(rate, kept):
@@ -42,3 +46,22 @@ def test_when_every_rate_was_kept_up_with_the_maximum_is_not_claimed():
 
 def test_when_no_rate_was_kept_up_with_it_says_so():
     assert _highest([tried(6_000, False)]) == "No rate tried was kept up with, not even the first, 6,000 events/s."
+
+
+def _load_ready_at(*ready: float, start: float) -> Load:
+    told: multiprocessing.Queue = multiprocessing.Queue()
+    for moment in ready:
+        told.put(moment)
+    return Load([None] * len(ready), start, 10, told)  # type: ignore[list-item]  # producers only counted
+
+
+def test_a_load_whose_producers_were_ready_before_its_start_begins_at_its_start():
+    start = time.time() + 0.3
+    _load_ready_at(start - 1, start - 0.5, start=start).begin()
+    assert time.time() >= start
+
+
+def test_a_load_a_producer_was_late_for_is_refused_not_sent_as_a_burst():
+    start = time.time()
+    with pytest.raises(RuntimeError, match="generated their records 20 s after its start"):
+        _load_ready_at(start - 1, start + 20, start=start).begin()
