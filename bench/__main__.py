@@ -22,10 +22,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bench import bare_stream, batch, live, orchestrated, parse, reliability, serving, throughput
-from domains import producer
 from domains.clickstream import generator
 from domains.sample import counts
-from infra import kafka, processes
+from infra import kafka, processes, producer
 from infra.settings import REPO, Settings
 from lambdalake.cli import Parser
 from serving_layer import engine

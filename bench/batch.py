@@ -61,8 +61,8 @@ from batch_layer.recompute import recompute_day
 from batch_layer.stale import stale_days
 from bench import landing
 from domains.clickstream import PRODUCTS, generator
-from domains.producer import Record
 from infra import spark as sparks
+from infra.producer import Record
 from infra.settings import Settings
 from lake import versions
 from speed_layer.queries import ensure_tables

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from domains.producer import Record
+from infra.producer import Record
 from infra.settings import Settings
 from speed_layer.fold import Fold
 from speed_layer.queries import speed_views

@@ -40,9 +40,8 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-from domains import producer
 from domains.clickstream import generator
-from infra import kafka, services
+from infra import kafka, producer, services
 from infra.settings import Settings
 from serving_layer import engine
 from views import tables

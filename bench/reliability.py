@@ -63,12 +63,11 @@ import psutil
 import requests
 
 from bench import live
-from domains import producer
 from domains.clickstream import generator
-from domains.producer import Record
 from domains.sample import Mix
-from infra import airflow, batch_engine, kafka, processes, services
+from infra import airflow, batch_engine, kafka, processes, producer, services
 from infra import spark as sparks
+from infra.producer import Record
 from infra.settings import Settings
 from serving_layer import engine
 from views import timebase

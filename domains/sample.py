@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from domains.producer import Record
+from infra.producer import Record
 
 KINDS = ("valid", "late", "duplicate", "malformed")
 OFFSETS = (0, 0, 0, 60, -300, 330)  # minutes east of UTC that producers stamp times with

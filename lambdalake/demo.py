@@ -14,9 +14,9 @@ import sys
 import threading
 from datetime import datetime, timedelta
 
-from domains import generator, producer
+from domains import generator
 from domains.sample import counts
-from infra import airflow, credentials, kafka, services
+from infra import airflow, credentials, kafka, producer, services
 from infra import settings as config
 from infra.settings import REPO, Settings
 from serving_layer import engine

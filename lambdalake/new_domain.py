@@ -53,9 +53,9 @@ from pathlib import Path
 
 import pytest
 
-from domains.producer import Record
 from infra import settings
 from infra import spark as sparks
+from infra.producer import Record
 from views import compile, events
 
 FOLDER = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
-from domains.producer import Record
+from infra.producer import Record
 from tests.oracle import HOUR, MINUTE, as_of, events, floor, latest, of_type
 
 TEN_SECONDS = timedelta(seconds=10)

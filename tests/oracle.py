@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from domains.producer import Record
+from infra.producer import Record
 
 HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -31,7 +31,7 @@ KAFKA_RECORD = T.StructType([
 
 
 def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tuple]:
-    """Generated records (``domains.producer.Record``) as :data:`KAFKA_RECORD` tuples, as Spark's Kafka
+    """Generated records (``infra.producer.Record``) as :data:`KAFKA_RECORD` tuples, as Spark's Kafka
     source would read them from ``topic``: spread over ``partitions`` by position, offsets in order."""
     offsets = [0] * partitions
     rows = []

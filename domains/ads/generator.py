@@ -12,8 +12,8 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
-from domains.producer import Record
 from domains.sample import MIX, Mix, sample, stamp
+from infra.producer import Record
 
 ADS = tuple(f"ad{i}" for i in range(60))
 #: Ads the changelog never lists: their views fall in campaign "unknown".

@@ -11,8 +11,8 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
-from domains.producer import Record
 from domains.sample import MIX, Mix, sample, stamp
+from infra.producer import Record
 
 PAGES = ("/", "/search", "/cart", "/checkout", "/deals", "/help", *(f"/product/p{i}" for i in range(12)))
 QUERIES = ("shoes", "red shoes", "jacket", "socks", "hat", "gloves", "scarf", "boots")

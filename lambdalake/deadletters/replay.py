@@ -31,7 +31,7 @@ class Replayed:
 
 def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
     """Whether Kafka acknowledged each replay."""
-    from domains import producer
+    from infra import producer
 
     errors = producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
                                          for r in replays))

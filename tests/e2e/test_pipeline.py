@@ -13,10 +13,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from domains import producer
 from domains.clickstream import PRODUCTS, generator
 from domains.sample import Mix, counts
-from infra import kafka, processes, services, spark_cluster
+from infra import kafka, processes, producer, services, spark_cluster
 from serving_layer import engine
 from tests import browser, oracle
 from tests.compare import assert_final_and_exact, merged_rows, within_sketch_error

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domains.producer import Record
+from infra.producer import Record
 from views import events
 
 

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from domains.clickstream import PRODUCTS
-from domains.producer import Record, read_file
+from infra.producer import Record, read_file
 from views import changelog, timebase
 from views.events import kafka_frame
 

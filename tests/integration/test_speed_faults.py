@@ -18,12 +18,11 @@ from datetime import datetime, timedelta
 import psutil
 import pytest
 
-from domains import producer
 from domains.clickstream import generator
-from domains.producer import Record
 from domains.sample import Mix
-from infra import kafka, processes, services
+from infra import kafka, processes, producer, services
 from infra import object_store as object_stores
+from infra.producer import Record
 from infra.settings import load
 from serving_layer import engine
 from tests import oracle

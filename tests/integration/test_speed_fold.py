@@ -17,8 +17,8 @@ from deltalake import write_deltalake
 
 from batch_layer.stale import stale_days
 from domains.clickstream import generator
-from domains.producer import Record
 from domains.sample import Mix
+from infra.producer import Record
 from infra.settings import load
 from speed_layer import packing, queries
 from speed_layer.compact import compact

@@ -32,8 +32,8 @@ import pytest
 from batch_layer.recompute import recompute_day
 from domains.ads import generator as ads_generator
 from domains.clickstream import generator as clickstream_generator
-from domains.producer import Record
 from domains.sample import Mix
+from infra.producer import Record
 from infra.settings import load
 from serving_layer import spark_sql
 from speed_layer import queries

@@ -4,7 +4,7 @@ import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from domains.producer import Record
+from infra.producer import Record
 from tests import oracle
 
 DAY = "2026-11-20T"

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from domains.producer import acknowledged, parse_lines, read_file
+from infra.producer import acknowledged, parse_lines, read_file
 from infra.settings import load
 from views.timebase import UTC
 
