@@ -82,7 +82,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
 def _warms_up(settings: Settings) -> bool:
     """Whether a start warms the engine up: the setting ``batch_engine_warm_up``, for a domain whose
     generator can make the rehearsed day."""
-    from domains import has_generator
+    from views import has_generator
 
     return settings.batch_engine_warm_up and has_generator(settings.domain)
 
@@ -110,9 +110,8 @@ def _rehearsal(settings: Settings) -> None:
     """A generated day of the deployment's domain landed and recomputed (``recompute_day``: its checks,
     every view, the ledger) on the engine, in a scratch deployment of the engine's own, then removed."""
     from batch_layer.recompute import recompute_day
-    from domains import generator
     from speed_layer.queries import ensure_tables
-    from views import events, tables
+    from views import events, generator, tables
 
     scratch = settings.with_overrides(home=settings.run / "engine-warm-up", storage=None)
     shutil.rmtree(scratch.home, ignore_errors=True)

@@ -164,9 +164,9 @@ def _dimensions(settings, name: str | None, from_file: bool) -> list:
 
 
 def _produce(settings, args) -> None:
-    from domains import generator
     from domains.sample import counts
     from infra import producer
+    from views import generator
     from views.timebase import UTC
 
     if not (args.from_file or args.days or args.rate):

@@ -14,13 +14,12 @@ import sys
 import threading
 from datetime import datetime, timedelta
 
-from domains import generator
 from domains.sample import counts
 from infra import airflow, credentials, kafka, producer, services
 from infra import settings as config
 from infra.settings import REPO, Settings
 from serving_layer import engine
-from views import DEFAULT_DOMAIN, domain, tables, timebase
+from views import DEFAULT_DOMAIN, domain, generator, tables, timebase
 
 DAG = "batch_recompute"
 PER_DAY = 3000

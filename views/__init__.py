@@ -3,8 +3,9 @@ compiles declarations (``compile``, ``events``, ``changelog``), and where a depl
 
 A domain (a bundled ``domains.<name>``, or a deployment's own package or folder: :func:`package`)
 declares its source and dimensions and holds one module per view in its ``views``, each declaring
-``VIEW``. Adding a view is adding a module there (or, for a deployment's own views, naming its module
-in the ``view_modules`` setting); :func:`all_views` finds it, and every layer takes its views from there.
+``VIEW``, and may hold a sample-data generator (:func:`generator`). Adding a view is adding a module
+there (or, for a deployment's own views, naming its module in the ``view_modules`` setting);
+:func:`all_views` finds it, and every layer takes its views from there.
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ def domain(name: str = DEFAULT_DOMAIN) -> Domain:
     if not isinstance(declared, Domain):
         raise ValueError(f"domain {name!r} (setting domain) declares no DOMAIN (a views.source.Domain)")
     return declared
+
+
+def generator(name: str = DEFAULT_DOMAIN) -> ModuleType:
+    """The sample-data generator of domain ``name`` (its module ``generator``): ``generate(start, end,
+    count, seed, mix, shaped)`` of its events and ``changelogs(start, end, seed)`` of its dimensions, by name."""
+    if not has_generator(name):
+        raise ValueError(f"domain {name} has no sample-data generator (a module generator beside its views): "
+                         f"send its events with `lambdalake produce --from-file F`")
+    return importlib.import_module(f"{package(name).__name__}.generator")
+
+
+def has_generator(name: str = DEFAULT_DOMAIN) -> bool:
+    """Whether domain ``name`` has a sample-data generator."""
+    return importlib.util.find_spec(f"{package(name).__name__}.generator") is not None
 
 
 def all_views(extra_modules: Iterable[str] = (), domain_name: str = DEFAULT_DOMAIN) -> dict[str, View]:

@@ -3,10 +3,9 @@ mistakes they refuse."""
 
 import pytest
 
-from domains import generator, has_generator
 from domains.clickstream import EVENTS, PRODUCTS
 from lambdalake import new_domain
-from views import all_views, domain
+from views import all_views, domain, generator, has_generator
 from views.source import DECIMAL, STRING, Changelog, Source
 
 
