@@ -65,6 +65,27 @@ def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_after_the_dag_processors_preload_a_parse_imports_only_the_domain_and_the_dag_files(tmp_path):
+    """infra.dag_processor: what the DAG files import is loaded before the dag-processor forks its parses;
+    a parse then imports the deployment's domain (its views, which the DAG files list) and nothing else."""
+    probe = ("import sys\n"
+             "from airflow.dag_processing.dagbag import DagBag\n"
+             "from infra.dag_processor import preload\n"
+             "preload()\n"
+             "before = set(sys.modules)\n"
+             f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
+             "assert not bag.import_errors, bag.import_errors\n"
+             "print(' '.join(sorted(set(sys.modules) - before)))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                                 "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]})
+    imported = result.stdout.strip().splitlines()[-1].split()  # after DagBag's log lines
+    dag_files = {name for name in imported if name.startswith("unusual_prefix_")}  # DagBag's: a hash, the stem
+    assert sorted(name.split("_", 3)[-1] for name in dag_files) == sorted(p.stem for p in (REPO / "dags").glob("*.py"))
+    # of Airflow, at most a module a DagBag imports itself (airflow.version)
+    assert {name.split(".")[0] for name in imported if name not in dag_files} - {"airflow"} == {"domains"}
+
+
 def test_every_dag_has_its_owner_retries_and_docs(dagbag):
     from infra.dags import OWNER
 
