@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -83,14 +83,37 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Lanes:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The lanes with a ``slow`` test first, so that the two workers end together; a test on the engine
-    outside :data:`ON_THE_ENGINE` is an error."""
+    """The lanes with a ``slow`` test first, so that the two workers end together, and in the engine's
+    lane the tests on the session's Airflow last (:func:`pytest_runtest_teardown` stops it when the lane
+    ends); a test on the engine outside :data:`ON_THE_ENGINE` is an error."""
     stray = [item.nodeid for item in items
              if "engine_home" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"]
     if stray:
         raise pytest.UsageError(f"{stray[0]} needs the batch engine: add its file to ON_THE_ENGINE (tests/conftest.py)")
     slow = {_lane(item.nodeid) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _lane(item.nodeid) not in slow)
+    order = {lane: i for i, lane in reversed(list(enumerate(_lane(item.nodeid) for item in items)))}
+    items.sort(key=lambda item: (_lane(item.nodeid) not in slow, order[_lane(item.nodeid)],
+                                 "airflow_service" in getattr(item, "fixturenames", ())))
+
+
+#: What stops the engine lane's session services (the batch engine, Airflow), put there by their fixtures.
+ENGINE_LANE_SERVICES: list[Callable[[], object]] = []
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Once the engine's lane has run its last test on this worker (it runs whole on one), its services stop
+    rather than idle until the session ends, minutes later: an idle Airflow parses every DAG file again
+    every 30 s. Their fixtures' own stops, at the end, then find nothing to stop."""
+    if _lane(item.nodeid) == "engine" and (nextitem is None or _lane(nextitem.nodeid) != "engine"):
+        while ENGINE_LANE_SERVICES:
+            ENGINE_LANE_SERVICES.pop()()
+
+
+@pytest.fixture(scope="session")
+def engine_lane_services() -> list[Callable[[], object]]:
+    """:data:`ENGINE_LANE_SERVICES`, for a session fixture of the engine's lane to put its stop in."""
+    return ENGINE_LANE_SERVICES
 
 
 @pytest.fixture(scope="session")
@@ -131,9 +154,10 @@ def spark(deployment):
 
 
 @pytest.fixture(scope="session")
-def engine_home(deployment) -> Iterator[Settings]:
+def engine_home(deployment, engine_lane_services) -> Iterator[Settings]:
     """The deployment whose batch engine (a Spark Connect server, infra.batch_engine) the session's tests
-    use, started by the first that needs it (:func:`batch_engine`) and stopped at the end."""
+    use, started by the first that needs it (:func:`batch_engine`) and stopped when the engine's lane ends."""
+    engine_lane_services.append(lambda: engines.stop(deployment))
     yield deployment
     engines.stop(deployment)
 

@@ -39,8 +39,10 @@ def running(settings: Settings) -> Iterator[AirflowService]:
 
 
 @pytest.fixture(scope="session")
-def airflow_service(engine_home: Settings) -> Iterator[AirflowService]:
-    """The test deployment's running Airflow (:func:`running`) for the whole session; a test whose DAG
-    runs use the batch engine asks for ``batch_engine`` too."""
+def airflow_service(engine_home: Settings, engine_lane_services) -> Iterator[AirflowService]:
+    """The test deployment's running Airflow (:func:`running`) from the first test that asks for it until the
+    engine's lane ends (tests/conftest.py); a test whose DAG runs use the batch engine asks for
+    ``batch_engine`` too."""
     with running(engine_home) as service:
+        engine_lane_services.append(lambda: airflow.stop(engine_home))
         yield service
