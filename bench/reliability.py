@@ -550,6 +550,8 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
             end = began + (k + 1) * SOAK_WINDOW
             seen, _ = live.markers_seen(settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS,
                                         end - live.MARKER_TIMEOUT)
+            if k < windows - 1:
+                loads[k + 1].begin()  # the next window's load, refused if its producers are not ready by its start
             time.sleep(max(0.0, end - time.time()))
             window = [(ms, ok) for at, ms, ok in points if end - SOAK_WINDOW <= at < end]
             found.append(SoakWindow(
