@@ -28,7 +28,7 @@ from bench.throughput import TIMEOUT, batch_end
 from infra import processes
 from infra import spark as sparks
 from infra.settings import Settings, load
-from speed_layer.queries import ensure_tables
+from speed_layer.queries import ensure_tables, kafka_source
 from views import tables
 
 
@@ -52,12 +52,7 @@ def as_raw_events(records: DataFrame, settings: Settings) -> DataFrame:
 
 def rows(spark: SparkSession, settings: Settings) -> DataFrame:
     """The events topic's records as raw_events rows, as they come."""
-    return as_raw_events(spark.readStream.format("kafka")
-                         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-                         .option("subscribe", settings.topic)
-                         .option("startingOffsets", "earliest")
-                         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-                         .load(), settings)
+    return as_raw_events(kafka_source(spark, settings, settings.topic, "earliest"), settings)
 
 
 def start(settings: Settings):

@@ -95,9 +95,8 @@ class Fold:
             self.totals[name] += count
 
     def _parse(self, records: DataFrame, ingested_at: datetime) -> DataFrame:
-        return late_events.flag_behind(events.parse(records, self.source, self.settings.max_payload_bytes,
-                                                    self.settings.future_horizon_seconds, ingested_at),
-                                       self.state.watermark)
+        return events.parse(records, self.source, self.settings.max_payload_bytes,
+                            self.settings.future_horizon_seconds, ingested_at)
 
     def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Land ``records`` and fold their new events into every view."""

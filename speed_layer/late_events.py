@@ -19,12 +19,10 @@ from datetime import UTC, date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from infra.settings import Settings
 from lake import ledger
-from views import events, tables
+from views import tables
 from views.model import View
 from views.timebase import DAY
 
@@ -36,15 +34,8 @@ def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
     return {v.name: newest[v.name] + math.ceil(v.reach / DAY) * DAY for v in views if v.name in newest}
 
 
-#: The column of a parsed micro-batch that says whether its event is behind the watermark.
+#: The column of a micro-batch's tally that says whether its events are behind the watermark.
 BEHIND = "_behind"
-
-
-def flag_behind(parsed: DataFrame, watermark: datetime | None) -> DataFrame:
-    """``parsed`` with :data:`BEHIND`: whether each event is behind ``watermark``. (Computed once with
-    the parse, and every later step filters on the column: the generated code stays the same from one
-    micro-batch to the next.)"""
-    return parsed.withColumn(BEHIND, F.coalesce(F.col("event_time") < events.moment(watermark), F.lit(False)))
 
 
 @dataclass(frozen=True)
