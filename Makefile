@@ -50,9 +50,10 @@ $(JARS)/.resolved: $(wildcard infra/jvm/*/pom.xml) infra/jvm/settings.xml
 demo: setup
 	$(PY) -m lambdalake.demo $(if $(DOMAIN),--domain $(DOMAIN))
 
-# ruff, then mypy (their settings: pyproject.toml); they need only the venv.
+# ruff's lint and format check, then mypy (their settings: pyproject.toml); they need only the venv.
 lint: .venv/.installed
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 test: setup lint

@@ -53,12 +53,16 @@ def compare_sql(view: View, batch: str, speed: str) -> str:
         return f"SELECT {keys}, {values}, TRUE AS _{prefix[0]} FROM {relation}"
 
     differs = " OR ".join(f'"b_{m}" IS DISTINCT FROM "s_{m}"' for m in measures)
-    sums = ", ".join(f'sum(abs(coalesce("b_{m}", 0) - coalesce("s_{m}", 0))) AS "d_{m}", '
-                     f'sum(abs("b_{m}")) AS "t_{m}"' for m in measures)
-    return (f"SELECT count_if(_s IS NOT NULL) AS speed_windows, count_if(_b IS NOT NULL) AS batch_windows, "
-            f"count_if(_s IS NULL) AS added, count_if(_b IS NULL) AS removed, "
-            f"count_if(_b IS NOT NULL AND _s IS NOT NULL AND ({differs})) AS changed, {sums} "
-            f"FROM ({side(batch, 'b_')}) FULL OUTER JOIN ({side(speed, 's_')}) USING ({keys})")
+    sums = ", ".join(
+        f'sum(abs(coalesce("b_{m}", 0) - coalesce("s_{m}", 0))) AS "d_{m}", sum(abs("b_{m}")) AS "t_{m}"'
+        for m in measures
+    )
+    return (
+        f"SELECT count_if(_s IS NOT NULL) AS speed_windows, count_if(_b IS NOT NULL) AS batch_windows, "
+        f"count_if(_s IS NULL) AS added, count_if(_b IS NULL) AS removed, "
+        f"count_if(_b IS NOT NULL AND _s IS NOT NULL AND ({differs})) AS changed, {sums} "
+        f"FROM ({side(batch, 'b_')}) FULL OUTER JOIN ({side(speed, 's_')}) USING ({keys})"
+    )
 
 
 def _partials(settings: Settings, view: View, start: datetime, end: datetime) -> pa.Table | None:
@@ -68,8 +72,10 @@ def _partials(settings: Settings, view: View, start: datetime, end: datetime) ->
     if partials is None or view.name not in partials.schema.names:
         return None
     hours = ds.field("window_hour")
-    return partials.to_table(columns=["view", "window_hour", view.name],
-                             filter=(ds.field("view") == view.name) & (hours >= start) & (hours < end))
+    return partials.to_table(
+        columns=["view", "window_hour", view.name],
+        filter=(ds.field("view") == view.name) & (hours >= start) & (hours < end),
+    )
 
 
 def compare(view: View, batch: pa.Table, partials: pa.Table) -> Comparison:
@@ -82,8 +88,14 @@ def compare(view: View, batch: pa.Table, partials: pa.Table) -> Comparison:
         [found] = con.execute(compare_sql(view, "batch_rows", speed)).fetchall()  # aggregates alone: one row
     speed_windows, batch_windows, added, removed, changed, *rest = found
     sums = iter(rest)  # d_m, t_m per measure, in the view's order
-    return Comparison(speed_windows, batch_windows, added, removed, changed,
-                      {m.name: (next(sums) or 0.0, next(sums) or 0.0) for m in view.measures})
+    return Comparison(
+        speed_windows,
+        batch_windows,
+        added,
+        removed,
+        changed,
+        {m.name: (next(sums) or 0.0, next(sums) or 0.0) for m in view.measures},
+    )
 
 
 def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end: datetime) -> Comparison | None:
@@ -95,7 +107,6 @@ def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end
         return None
     counts = [getattr(found, k) for k in COUNTS]
     now, days = datetime.now(timebase.UTC), (start.date(), (end - timebase.DAY).date())
-    rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None)
-            for m, (d, t) in found.measures.items()]
+    rows = [(now, view.name, *days, m, *counts, float(d), d / t if t else None) for m, (d, t) in found.measures.items()]
     tables.CORRECTIONS.append(settings, rows)
     return found

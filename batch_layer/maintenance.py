@@ -110,17 +110,21 @@ def _deletable(table: str, log: deltalake.DeltaTable, retention: float) -> set[s
     fs, root = url_to_fs(table)
     fs.invalidate_cache()  # s3fs would answer from an earlier listing
     root = root.rstrip("/")
-    stored = {found[len(root) + 1:] for found in fs.find(root)}
+    stored = {found[len(root) + 1 :] for found in fs.find(root)}
     current = {unquote(path) for path in pa.table(log.get_add_actions()).column("path").to_pylist()}
     removed = set(log.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True))
     recently_removed = removed - set(log.vacuum(dry_run=True))  # the table's retention: the settings'
     oldest = time.time() - retention
-    return {path for path in stored - current - recently_removed
-            if not _hidden(path) and fs.modified(f"{root}/{path}").timestamp() < oldest}
+    return {
+        path
+        for path in stored - current - recently_removed
+        if not _hidden(path) and fs.modified(f"{root}/{path}").timestamp() < oldest
+    }
 
 
-def _vacuum(spark: SparkSession, table: str, log: deltalake.DeltaTable, retention: float,
-            deletable: set[str]) -> set[str]:
+def _vacuum(
+    spark: SparkSession, table: str, log: deltalake.DeltaTable, retention: float, deletable: set[str]
+) -> set[str]:
     """Delete the ``deletable`` files of the table; the table's deletable files left.
 
     ``VACUUM ... LITE`` deletes the files the log's commits record removed, without listing the table
@@ -170,8 +174,12 @@ def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
 def trim_logs(settings: Settings) -> int:
     """Delete Airflow's task and parsing logs older than the retention; how many files went."""
     oldest = time.time() - settings.log_retention_days * 86_400
-    old = [path for folder in (task_logs(settings), parsing_logs(settings))
-           for path in folder.rglob("*") if path.is_file() and path.stat().st_mtime < oldest]
+    old = [
+        path
+        for folder in (task_logs(settings), parsing_logs(settings))
+        for path in folder.rglob("*")
+        if path.is_file() and path.stat().st_mtime < oldest
+    ]
     for path in old:
         path.unlink()
     return len(old)

@@ -221,9 +221,14 @@ def _stored(context, suite: Suite):
         checkpoint = context.checkpoints.get(suite.checkpoint_name)
         [validation] = checkpoint.validation_definitions
         asset = validation.data.data_asset
-        current = (validation.suite.meta.get(_FINGERPRINT) == suite.fingerprint and validation.suite.name == suite.name
-                   and asset.datasource.name == _SOURCES[suite.engine] and asset.name == suite.name
-                   and checkpoint.result_format == suite.result_format and not checkpoint.actions)
+        current = (
+            validation.suite.meta.get(_FINGERPRINT) == suite.fingerprint
+            and validation.suite.name == suite.name
+            and asset.datasource.name == _SOURCES[suite.engine]
+            and asset.name == suite.name
+            and checkpoint.result_format == suite.result_format
+            and not checkpoint.actions
+        )
     except Exception:  # missing, or naming what no longer exists: written again
         return None
     return checkpoint if current else None
@@ -245,12 +250,20 @@ def _store(context, suite: Suite):
     except (KeyError, LookupError):
         batch = asset.add_batch_definition_whole_dataframe(suite.name)
     expectations = [e.copy(update={"id": None}, deep=True) for e in suite.expectations]
-    stored = context.suites.add_or_update(gx.ExpectationSuite(name=suite.name, expectations=expectations,
-                                                              meta={_FINGERPRINT: suite.fingerprint}))
+    stored = context.suites.add_or_update(
+        gx.ExpectationSuite(name=suite.name, expectations=expectations, meta={_FINGERPRINT: suite.fingerprint})
+    )
     validation = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite.name, data=batch, suite=stored))
-    return context.checkpoints.add_or_update(gx.Checkpoint(
-        name=suite.checkpoint_name, validation_definitions=[validation], actions=[], result_format=suite.result_format))
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=stored)
+    )
+    return context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=suite.checkpoint_name,
+            validation_definitions=[validation],
+            actions=[],
+            result_format=suite.result_format,
+        )
+    )
 
 
 def _forget_unreadable(store, factory, name: str) -> None:
@@ -284,12 +297,19 @@ def view_expectations(view: View) -> list:
     events of its types in raw_events; needed if :func:`reconciled` names a measure)."""
     import great_expectations.expectations as gxe
 
-    declared = [gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True], description=f"every row: {c}")
-                for c, column in conditions(view).items()]
-    totals = [gxe.ExpectColumnSumToBeBetween(
-        column=name, min_value={"$PARAMETER": UNIQUE_EVENTS}, max_value={"$PARAMETER": UNIQUE_EVENTS},
-        description=f"{name} sums to the days' valid unique {', '.join(view.event_types)} events in raw_events")
-        for name in reconciled(view)]
+    declared = [
+        gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True], description=f"every row: {c}")
+        for c, column in conditions(view).items()
+    ]
+    totals = [
+        gxe.ExpectColumnSumToBeBetween(
+            column=name,
+            min_value={"$PARAMETER": UNIQUE_EVENTS},
+            max_value={"$PARAMETER": UNIQUE_EVENTS},
+            description=f"{name} sums to the days' valid unique {', '.join(view.event_types)} events in raw_events",
+        )
+        for name in reconciled(view)
+    ]
     return declared + totals
 
 
@@ -300,9 +320,16 @@ def view_keys(view: View) -> list[str]:
 
 @lru_cache(maxsize=64)
 def view_suite(view: View) -> Suite:
-    return Suite(f"view.{view.name}", "pandas", tuple(view_expectations(view)), {
-        "result_format": "COMPLETE", "unexpected_index_column_names": view_keys(view),
-        "return_unexpected_index_query": False})
+    return Suite(
+        f"view.{view.name}",
+        "pandas",
+        tuple(view_expectations(view)),
+        {
+            "result_format": "COMPLETE",
+            "unexpected_index_column_names": view_keys(view),
+            "return_unexpected_index_query": False,
+        },
+    )
 
 
 #: The raw_events records' columns that name one (a missing event_id is a failure to list too).
@@ -315,15 +342,23 @@ def raw_events_expectations(source) -> list:
     import great_expectations.expectations as gxe
 
     return [
-        *(gxe.ExpectColumnValuesToNotBeNull(column=c, description=f"every event has {c}")
-          for c in map(source.column, source.required)),
-        gxe.ExpectColumnValuesToBeInSet(column=KIND, value_set=list(source.types),
-                                        description="every event type is known"),
-        gxe.ExpectColumnValuesToBeInSet(column=_OWN_DAY, value_set=[True],
-                                        description="every event is in its own day's partition"),
+        *(
+            gxe.ExpectColumnValuesToNotBeNull(column=c, description=f"every event has {c}")
+            for c in map(source.column, source.required)
+        ),
         gxe.ExpectColumnValuesToBeInSet(
-            column=FIRST_COPY, value_set=[True], mostly=1 - MOST_RESENT, severity="warning",
-            description=f"at most {MOST_RESENT:.0%} of the records are resent copies"),
+            column=KIND, value_set=list(source.types), description="every event type is known"
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column=_OWN_DAY, value_set=[True], description="every event is in its own day's partition"
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column=FIRST_COPY,
+            value_set=[True],
+            mostly=1 - MOST_RESENT,
+            severity="warning",
+            description=f"at most {MOST_RESENT:.0%} of the records are resent copies",
+        ),
         gxe.ExpectTableRowCountToBeBetween(min_value=1, severity="warning", description="the days have events"),
     ]
 
@@ -335,11 +370,21 @@ def raw_events_suites(domain_name: str) -> tuple[Suite, Suite]:
     The first reports counts only: GX would otherwise scan the records once more per expectation for
     its lists of unexpected values, whether any failed or not."""
     expectations = tuple(raw_events_expectations(domain(domain_name).source))
-    return (Suite("raw_events", "spark", expectations, {"result_format": "SUMMARY", "partial_unexpected_count": 0}),
-            Suite("raw_events", "spark", expectations, {
-                "result_format": "SUMMARY", "partial_unexpected_count": SHOWN,
-                "unexpected_index_column_names": list(RECORD_KEYS), "return_unexpected_index_query": False},
-                  checkpoint="raw_events.failing"))
+    return (
+        Suite("raw_events", "spark", expectations, {"result_format": "SUMMARY", "partial_unexpected_count": 0}),
+        Suite(
+            "raw_events",
+            "spark",
+            expectations,
+            {
+                "result_format": "SUMMARY",
+                "partial_unexpected_count": SHOWN,
+                "unexpected_index_column_names": list(RECORD_KEYS),
+                "return_unexpected_index_query": False,
+            },
+            checkpoint="raw_events.failing",
+        ),
+    )
 
 
 @contextmanager
@@ -396,8 +441,16 @@ def _run(settings: Settings, suite: Suite, rows, parameters: dict | None):
     return validation, list(result.run_results)
 
 
-def check(settings: Settings, suite: Suite, rows, start: datetime, end: datetime, parameters: dict | None = None,
-          per_day: dict[date, int] | None = None, detail: Suite | None = None) -> Check:
+def check(
+    settings: Settings,
+    suite: Suite,
+    rows,
+    start: datetime,
+    end: datetime,
+    parameters: dict | None = None,
+    per_day: dict[date, int] | None = None,
+    detail: Suite | None = None,
+) -> Check:
     """Run ``suite``'s checkpoint on ``rows`` (of the days in ``[start, end)``; a Spark or pandas
     DataFrame, as the suite's engine takes) with suite ``parameters``; record every result in
     quality_results; raise :class:`QualityFailed` if a critical expectation failed, after running
@@ -405,9 +458,18 @@ def check(settings: Settings, suite: Suite, rows, start: datetime, end: datetime
     context = _context(settings)
     validation, identifiers = _run(settings, suite, rows, parameters)
     order = {e.description: i for i, e in enumerate(suite.expectations)}
-    outcomes = sorted(((r.expectation_config.description or r.expectation_config.type,
-                        r.expectation_config.severity.value, bool(r.success), r.result) for r in validation.results),
-                      key=lambda outcome: order.get(outcome[0], len(order)))  # in the suite's order
+    outcomes = sorted(
+        (
+            (
+                r.expectation_config.description or r.expectation_config.type,
+                r.expectation_config.severity.value,
+                bool(r.success),
+                r.result,
+            )
+            for r in validation.results
+        ),
+        key=lambda outcome: order.get(outcome[0], len(order)),
+    )  # in the suite's order
     if detail is not None and any(not ok and severity == "critical" for _, severity, ok, _ in outcomes):
         listed, more = _run(settings, detail, rows, parameters)
         identifiers += more
@@ -422,16 +484,27 @@ def check(settings: Settings, suite: Suite, rows, start: datetime, end: datetime
         pending.extend(identifiers)
     days = (start.date(), (end - timebase.DAY).date())
     failing = {e: keys for e, _, ok, result in outcomes if not ok and (keys := _keys(lists.get(e, result)))}
-    done = Check(suite.name, days, [(e, severity, ok, _observed(result)) for e, severity, ok, result in outcomes],
-                 per_day or {}, failing)
+    done = Check(
+        suite.name,
+        days,
+        [(e, severity, ok, _observed(result)) for e, severity, ok, result in outcomes],
+        per_day or {},
+        failing,
+    )
     now = datetime.now(timebase.UTC)
     tables.QUALITY_RESULTS.append(settings, [(now, suite.name, *days, *outcome) for outcome in done.results])
     if done.failed:
-        shown = "; ".join(f"{e}: {', '.join(_shown(k) for k in done.failing[e][:3])}"
-                          f"{' ...' if len(done.failing[e]) > 3 else ''}" for e in done.failed if done.failing.get(e))
-        raise QualityFailed(f"{suite.name} for {days[0]}..{days[1]}: failed {'; '.join(done.failed)}; nothing was "
-                            f"written and those days stay as they were; see {settings.data_docs}"
-                            + (f" (failing rows: {shown})" if shown else ""), done)
+        shown = "; ".join(
+            f"{e}: {', '.join(_shown(k) for k in done.failing[e][:3])}{' ...' if len(done.failing[e]) > 3 else ''}"
+            for e in done.failed
+            if done.failing.get(e)
+        )
+        raise QualityFailed(
+            f"{suite.name} for {days[0]}..{days[1]}: failed {'; '.join(done.failed)}; nothing was "
+            f"written and those days stay as they were; see {settings.data_docs}"
+            + (f" (failing rows: {shown})" if shown else ""),
+            done,
+        )
     return done
 
 
@@ -448,8 +521,14 @@ def unique_events(events: DataFrame, start: datetime, end: datetime) -> dict[str
     return {r[KIND]: r["count"] for r in events.where(within).groupBy(KIND).count().collect()}
 
 
-def check_view(settings: Settings, view: View, rows: DataFrame, events: DataFrame | Mapping[str, int],
-               start: datetime, end: datetime) -> Check:
+def check_view(
+    settings: Settings,
+    view: View,
+    rows: DataFrame,
+    events: DataFrame | Mapping[str, int],
+    start: datetime,
+    end: datetime,
+) -> Check:
     """Check ``view``'s rows for ``[start, end)`` (cache them if they are used again) against its
     suite, in one Spark job; the check tells the rows per day (:attr:`Check.per_day`) and holds the
     rows themselves (:attr:`Check.rows`).
@@ -464,11 +543,14 @@ def check_view(settings: Settings, view: View, rows: DataFrame, events: DataFram
         unique = sum(counts.get(kind, 0) for kind in view.event_types)
     columns = conditions(view)
     try:
-        checked = rows.select("*", *(F.coalesce(F.expr(c), F.lit(False)).alias(name)
-                                     for c, name in columns.items())).toArrow()
+        checked = rows.select(
+            "*", *(F.coalesce(F.expr(c), F.lit(False)).alias(name) for c, name in columns.items())
+        ).toArrow()
     except AnalysisException as e:
-        raise ValueError(f"view {view.name}: its expectations {list(view.expectations)} are not all conditions "
-                         f"on its rows (columns {', '.join(view.columns)}): {e}") from None
+        raise ValueError(
+            f"view {view.name}: its expectations {list(view.expectations)} are not all conditions "
+            f"on its rows (columns {', '.join(view.columns)}): {e}"
+        ) from None
     view_rows = checked.select(rows.columns)
     frame = checked.select([*dict.fromkeys([*view_keys(view), *reconciled(view)]), *columns.values()]).to_pandas()
     starts = frame["window_start"]
@@ -498,8 +580,11 @@ def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end
     if not numbered:
         day = with_first_copy(day)
     keys = [c for c in RECORD_KEYS if c in events.columns]
-    rows = day.select(*dict.fromkeys([*keys, *map(source.column, source.required), KIND]),
-                      F.coalesce(F.expr(_OWN_DAY), F.lit(False)).alias(_OWN_DAY), FIRST_COPY)
+    rows = day.select(
+        *dict.fromkeys([*keys, *map(source.column, source.required), KIND]),
+        F.coalesce(F.expr(_OWN_DAY), F.lit(False)).alias(_OWN_DAY),
+        FIRST_COPY,
+    )
     if not numbered:
         rows = rows.persist()  # the suite's few aggregations share the numbering's one shuffle
     try:

@@ -52,13 +52,15 @@ def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
     """The catalogue's table ``name`` (raw_events, a dimension)."""
     path = settings.table(name)
     if not tables.exists(path):
-        raise FileNotFoundError(f"no {name} table at {path}: start the speed layer (`lambdalake up`) "
-                                f"so that events land before recomputing")
+        raise FileNotFoundError(
+            f"no {name} table at {path}: start the speed layer (`lambdalake up`) so that events land before recomputing"
+        )
     return spark.read.format("delta").load(path)
 
 
-def read_records(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
-                 end: datetime) -> DataFrame:
+def read_records(
+    spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime, end: datetime
+) -> DataFrame:
     """The raw_events records ``views`` read to compute the days of ``[start, end)``, with the columns
     they use (each event_id's first copy is taken from them: every copy of an event is on its day).
 
@@ -73,8 +75,9 @@ def read_records(spark: SparkSession, settings: Settings, views: Iterable[View],
 
 
 @contextmanager
-def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime,
-                   end: datetime) -> Iterator[tuple[DataFrame, dict[str, int], Future]]:
+def checked_events(
+    spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime, end: datetime
+) -> Iterator[tuple[DataFrame, dict[str, int], Future]]:
     """Give each event_id's first copy among the records ``views`` read (:func:`read_records`), the
     valid unique events of each type in ``[start, end)`` (what the views' checks reconcile with), and
     the raw_events check of ``[start, end)``, which runs meanwhile: a future whose result (the check's,
@@ -92,8 +95,9 @@ def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View
             events = records.where(quality.FIRST_COPY).drop(quality.FIRST_COPY)
             unique = quality.unique_events(events, start, end)  # fills the cache
             with ThreadPoolExecutor(1, thread_name_prefix="lambdalake-raw-events-check") as pool:
-                checked = pool.submit(contextvars.copy_context().run, quality.check_raw_events, settings, records,
-                                      start, end)
+                checked = pool.submit(
+                    contextvars.copy_context().run, quality.check_raw_events, settings, records, start, end
+                )
                 yield events, unique, checked
             checked.result()
         finally:
@@ -102,8 +106,10 @@ def checked_events(spark: SparkSession, settings: Settings, views: Iterable[View
 
 def _days_read(views: Iterable[View], start: datetime, end: datetime) -> tuple[date, date]:
     views = tuple(views)
-    return (min((start - view.lookback).date() for view in views),
-            max((end + view.reach - timedelta(microseconds=1)).date() for view in views))
+    return (
+        min((start - view.lookback).date() for view in views),
+        max((end + view.reach - timedelta(microseconds=1)).date() for view in views),
+    )
 
 
 def each_view(work: Callable[[View], R], views: Iterable[View]) -> dict[str, R]:
@@ -116,9 +122,17 @@ def each_view(work: Callable[[View], R], views: Iterable[View]) -> dict[str, R]:
     return {name: future.result() for name, future in futures.items()}
 
 
-def write_days(spark: SparkSession, settings: Settings, view: View, events: DataFrame, start: datetime,
-               end: datetime, path: str, unique: dict[str, int] | None = None,
-               raw_events_checked: Future | None = None) -> dict[date, int]:
+def write_days(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    events: DataFrame,
+    start: datetime,
+    end: datetime,
+    path: str,
+    unique: dict[str, int] | None = None,
+    raw_events_checked: Future | None = None,
+) -> dict[date, int]:
     """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (the first copies
     of at least the records it reads, :func:`read_records`) and replace those days in the table at
     ``path``; the rows per day. ``unique``: the valid unique events per type in ``[start, end)``
@@ -141,9 +155,16 @@ def write_days(spark: SparkSession, settings: Settings, view: View, events: Data
     return checked.per_day
 
 
-def recompute_view(spark: SparkSession, settings: Settings, view: View, start: datetime, end: datetime,
-                   events: DataFrame | None = None, unique: dict[str, int] | None = None,
-                   raw_events_checked: Future | None = None) -> Recomputed:
+def recompute_view(
+    spark: SparkSession,
+    settings: Settings,
+    view: View,
+    start: datetime,
+    end: datetime,
+    events: DataFrame | None = None,
+    unique: dict[str, int] | None = None,
+    raw_events_checked: Future | None = None,
+) -> Recomputed:
     """Replace ``view``'s batch rows for the days of ``[start, end)`` in the version serving it
     (lake.versions, :func:`write_days` from ``events``, by default read for this view alone) and
     record those days final."""
@@ -168,5 +189,6 @@ def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end:
     start, end = timebase.utc(start), timebase.utc(end)  # Airflow passes pendulum times
     views = settings.views
     with checked_events(spark, settings, views.values(), start, end) as (events, unique, checked):
-        return each_view(lambda view: recompute_view(spark, settings, view, start, end, events, unique, checked),
-                         views.values())
+        return each_view(
+            lambda view: recompute_view(spark, settings, view, start, end, events, unique, checked), views.values()
+        )

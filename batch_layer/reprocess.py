@@ -52,8 +52,9 @@ def history(settings: Settings) -> tuple[date, date]:
     """The first and last day of raw_events (read from its partitions, no Spark job)."""
     raw_events = tables.RAW_EVENTS.opened(settings)
     if raw_events is None:
-        raise FileNotFoundError(f"no raw_events table at {tables.RAW_EVENTS.path(settings)}: start the speed "
-                                f"layer (`lambdalake up`)")
+        raise FileNotFoundError(
+            f"no raw_events table at {tables.RAW_EVENTS.path(settings)}: start the speed layer (`lambdalake up`)"
+        )
     days = [date.fromisoformat(p["event_date"]) for p in raw_events.partitions()]
     if not days:
         raise ValueError("raw_events has no events yet")
@@ -64,8 +65,14 @@ def _day(value: date | str | None) -> date | None:
     return date.fromisoformat(value) if isinstance(value, str) else value
 
 
-def plan(settings: Settings, label: str, views: Iterable[str] | None = None, first: date | str | None = None,
-         last: date | str | None = None, all_history: bool = False) -> Plan:
+def plan(
+    settings: Settings,
+    label: str,
+    views: Iterable[str] | None = None,
+    first: date | str | None = None,
+    last: date | str | None = None,
+    all_history: bool = False,
+) -> Plan:
     """Check a reprocess's arguments (ISO days or dates); ValueError says what is wrong."""
     known = settings.views
     views = tuple(dict.fromkeys(views or known))
@@ -89,24 +96,32 @@ def plan(settings: Settings, label: str, views: Iterable[str] | None = None, fir
     return Plan(views, label, first, last, copy_others=not all_history)
 
 
-def _copy_others(spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None],
-                 target: str) -> None:
+def _copy_others(
+    spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None], target: str
+) -> None:
     """Append to ``target`` the rows of the serving version ``source`` (table, Delta version) outside the
     plan's days."""
     table, version = source
     if version is None:
         return
-    rows = (spark.read.format("delta").option("versionAsOf", version).load(settings.table(table))
-            .where((F.col("window_start") < F.lit(plan.start)) | (F.col("window_start") >= F.lit(plan.end))))
+    rows = (
+        spark.read.format("delta")
+        .option("versionAsOf", version)
+        .load(settings.table(table))
+        .where((F.col("window_start") < F.lit(plan.start)) | (F.col("window_start") >= F.lit(plan.end)))
+    )
     built = spark.read.format("delta").load(target).columns
     if rows.columns != built:
-        raise ValueError(f"{view}'s columns changed ({', '.join(rows.columns)} -> {', '.join(built)}): the days "
-                         f"outside {plan.first}..{plan.last} cannot be copied; reprocess all history")
+        raise ValueError(
+            f"{view}'s columns changed ({', '.join(rows.columns)} -> {', '.join(built)}): the days "
+            f"outside {plan.first}..{plan.last} cannot be copied; reprocess all history"
+        )
     rows.write.format("delta").mode("append").save(target)
 
 
-def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan,
-          based_on: dict[str, tuple[str, int | None]]) -> dict[str, dict[date, int]]:
+def build(
+    spark: SparkSession, settings: Settings, views: list[View], plan: Plan, based_on: dict[str, tuple[str, int | None]]
+) -> dict[str, dict[date, int]]:
     """Build every view's new version (see the module doc) from the serving versions of ``based_on``
     (versions.snapshot); per view, its rows per recomputed day. If any fails, the new tables are deleted."""
     targets = {view.name: tables.batch(view.name, plan.label).path(settings) for view in views}
@@ -114,9 +129,11 @@ def build(spark: SparkSession, settings: Settings, views: list[View], plan: Plan
         storage.delete(target)  # a failed attempt's
     try:
         with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique, checked):
+
             def build_view(view: View) -> dict[date, int]:
-                per_day = write_days(spark, settings, view, events, plan.start, plan.end, targets[view.name], unique,
-                                     checked)
+                per_day = write_days(
+                    spark, settings, view, events, plan.start, plan.end, targets[view.name], unique, checked
+                )
                 if plan.copy_others:
                     _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
                 return per_day
@@ -145,15 +162,18 @@ class Reprocessed:
     newly_final: str
 
 
-def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
-            based_on: dict[str, tuple[str, int | None]]) -> dict[str, Reprocessed]:
+def publish(
+    settings: Settings, plan: Plan, built: dict[str, dict[date, int]], based_on: dict[str, tuple[str, int | None]]
+) -> dict[str, Reprocessed]:
     """Switch every view of ``built`` to its new version in one commit, then record the days it made
     final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
     new tables are deleted (versions.Conflict)."""
     days = timebase.days_between(plan.start, plan.end)
     final = ledger.final_days(settings)
-    newly = {view: {day: per_day.get(day, 0) for day in days if day not in final.get(view, set())}
-             for view, per_day in built.items()}
+    newly = {
+        view: {day: per_day.get(day, 0) for day in days if day not in final.get(view, set())}
+        for view, per_day in built.items()
+    }
     at = datetime.now(timebase.UTC)
     try:
         versions.switch(settings, {view: tables.batch(view, plan.label).name for view in built}, at, based_on)
@@ -161,10 +181,16 @@ def publish(settings: Settings, plan: Plan, built: dict[str, dict[date, int]],
         discard(settings, plan)
         raise
     ledger.record(settings, newly, at)
-    return {view: Reprocessed(plan.label,
-                              versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
-                              sum(per_day.values()), f"{plan.first}..{plan.last}", timebase.spans(newly[view]))
-            for view, per_day in built.items()}
+    return {
+        view: Reprocessed(
+            plan.label,
+            versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
+            sum(per_day.values()),
+            f"{plan.first}..{plan.last}",
+            timebase.spans(newly[view]),
+        )
+        for view, per_day in built.items()
+    }
 
 
 def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, Reprocessed]:

@@ -39,14 +39,28 @@ def as_raw_events(records: DataFrame, settings: Settings) -> DataFrame:
     schema = records.sparkSession.read.format("delta").load(tables.RAW_EVENTS.path(settings)).schema
     typed = {field.name: field.dataType for field in schema}
     is_time = {name: typed[source.column(name)] == T.TimestampType() for name in source.fields}
-    event = F.from_json(F.col("value").cast("string"), T.StructType([
-        T.StructField(name, T.StringType() if is_time[name] else typed[source.column(name)])
-        for name in source.fields]))
-    columns = {source.column(name): F.try_to_timestamp(event[name]) if is_time[name] else event[name]
-               for name in source.fields}
-    columns |= {"event_date": F.to_date(columns[source.column(source.time)]), "topic": F.col("topic"),
-                "partition": F.col("partition"), "offset": F.col("offset"), "kafka_timestamp": F.col("timestamp"),
-                "key": F.col("key"), "payload": F.col("value"), "ingested_at": F.current_timestamp()}
+    event = F.from_json(
+        F.col("value").cast("string"),
+        T.StructType(
+            [
+                T.StructField(name, T.StringType() if is_time[name] else typed[source.column(name)])
+                for name in source.fields
+            ]
+        ),
+    )
+    columns = {
+        source.column(name): F.try_to_timestamp(event[name]) if is_time[name] else event[name] for name in source.fields
+    }
+    columns |= {
+        "event_date": F.to_date(columns[source.column(source.time)]),
+        "topic": F.col("topic"),
+        "partition": F.col("partition"),
+        "offset": F.col("offset"),
+        "kafka_timestamp": F.col("timestamp"),
+        "key": F.col("key"),
+        "payload": F.col("value"),
+        "ingested_at": F.current_timestamp(),
+    }
     return records.select(*(columns[name].cast(kind).alias(name) for name, kind in typed.items()))
 
 
@@ -59,11 +73,15 @@ def start(settings: Settings):
     """A session, and the job started in it; its table and checkpoint live in ``settings``' home."""
     spark = sparks.session(settings, "lambdalake-bench-bare")
     ensure_tables(spark, settings)
-    query = (rows(spark, settings).writeStream.format("delta").outputMode("append")
-             .partitionBy(*tables.RAW_EVENTS.partition_by)
-             .option("checkpointLocation", str(settings.checkpoints / "bare"))
-             .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
-             .start(tables.RAW_EVENTS.path(settings)))
+    query = (
+        rows(spark, settings)
+        .writeStream.format("delta")
+        .outputMode("append")
+        .partitionBy(*tables.RAW_EVENTS.partition_by)
+        .option("checkpointLocation", str(settings.checkpoints / "bare"))
+        .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
+        .start(tables.RAW_EVENTS.path(settings))
+    )
     return spark, query
 
 
@@ -109,8 +127,12 @@ def running(settings: Settings):
     """The job running in a process of its own while the block runs (its log in ``settings``' home)."""
     log = settings.home / "bare_stream.log"
     with log.open("w") as errors:
-        proc = subprocess.Popen([sys.executable, "-m", "bench.bare_stream", str(settings.home)],
-                                stdout=subprocess.PIPE, stderr=errors, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.bare_stream", str(settings.home)],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     try:
         assert proc.stdout is not None  # stdout=PIPE
         if proc.stdout.readline().strip() != "running":

@@ -70,8 +70,11 @@ from views import changelog
 from views.model import View
 from views.timebase import DAY, UTC, day_start, ranges
 
-BASELINE, BATCH, UNCHECKED = ("plain Spark SQL (baseline)", "batch layer (recompute_day)",
-                              "batch layer without quality checks and corrections")
+BASELINE, BATCH, UNCHECKED = (
+    "plain Spark SQL (baseline)",
+    "batch layer (recompute_day)",
+    "batch layer without quality checks and corrections",
+)
 SIZES = (1, 2, 4)  # the growth's days, in multiples of the ratio's day
 WEEK = 7  # days held for the late event
 SPEED = timedelta(hours=1)  # the end of each day that goes through the speed layer's fold
@@ -175,9 +178,13 @@ def baseline(spark, settings: Settings, start: datetime, end: datetime) -> None:
     spark.sql(READ.format(first=_at((start - DAY).date()), last=_at(end.date())))
     try:
         for name, sql in SQL.items():
-            (spark.sql(sql.format(start=_at(start), end=_at(end))).write.format("delta").mode("overwrite")
-             .option("replaceWhere", f"window_start >= {_at(start)} AND window_start < {_at(end)}")
-             .save(settings.table(f"baseline/{name}")))
+            (
+                spark.sql(sql.format(start=_at(start), end=_at(end)))
+                .write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", f"window_start >= {_at(start)} AND window_start < {_at(end)}")
+                .save(settings.table(f"baseline/{name}"))
+            )
     finally:
         spark.sql("DROP VIEW day_events")  # and its cache
 
@@ -185,13 +192,16 @@ def baseline(spark, settings: Settings, start: datetime, end: datetime) -> None:
 def unchecked(spark, settings: Settings, start: datetime, end: datetime) -> None:
     """``recompute_day`` with its quality checks and corrections replaced by no-ops: a view's rows are
     brought to the driver for its writer as the check would bring them, unchecked."""
+
     def rows_only(settings, view, rows, events, start, end) -> quality.Check:
         return quality.Check(f"view.{view.name}", (start.date(), start.date()), [], rows=rows.toArrow())
 
     with ExitStack() as stack:
-        for module, name, stand_in in ((quality, "check_raw_events", lambda *args, **kwargs: None),
-                                       (quality, "check_view", rows_only),
-                                       (corrections, "record", lambda *args, **kwargs: None)):
+        for module, name, stand_in in (
+            (quality, "check_raw_events", lambda *args, **kwargs: None),
+            (quality, "check_view", rows_only),
+            (corrections, "record", lambda *args, **kwargs: None),
+        ):
             stack.enter_context(mock.patch.object(module, name, stand_in))
         recompute_day(spark, settings, start, end)
 
@@ -199,12 +209,16 @@ def unchecked(spark, settings: Settings, start: datetime, end: datetime) -> None
 def differences(view: View, ours: list[dict], theirs: list[dict]) -> list[str]:
     """How the baseline's rows of ``view`` (``theirs``) differ from the batch layer's, by window and
     key (floats to a relative 1e-9); empty if they are equal."""
+
     def keyed(rows: list[dict]) -> dict:
         return {(r["window_start"], *(r[k] for k in view.keys)): r for r in rows}
 
     a, b = keyed(ours), keyed(theirs)
-    found = [f"{len(rows) - len(by)} windows twice in the {side}'s rows"
-             for side, rows, by in (("batch layer", ours, a), ("baseline", theirs, b)) if len(rows) != len(by)]
+    found = [
+        f"{len(rows) - len(by)} windows twice in the {side}'s rows"
+        for side, rows, by in (("batch layer", ours, a), ("baseline", theirs, b))
+        if len(rows) != len(by)
+    ]
     found += [f"{k}: only the batch layer has it" for k in a.keys() - b.keys()]
     found += [f"{k}: only the baseline has it" for k in b.keys() - a.keys()]
     found += [f"{k}: batch layer {a[k]}, baseline {b[k]}" for k in a.keys() & b.keys() if not _equal(a[k], b[k])]
@@ -213,8 +227,11 @@ def differences(view: View, ours: list[dict], theirs: list[dict]) -> list[str]:
 
 def _equal(ours: dict, theirs: dict) -> bool:
     return ours.keys() == theirs.keys() and all(
-        math.isclose(value, theirs[c], rel_tol=1e-9) if isinstance(value, float) and isinstance(theirs[c], float)
-        else value == theirs[c] for c, value in ours.items())
+        math.isclose(value, theirs[c], rel_tol=1e-9)
+        if isinstance(value, float) and isinstance(theirs[c], float)
+        else value == theirs[c]
+        for c, value in ours.items()
+    )
 
 
 def check(spark, settings: Settings, start: datetime, end: datetime) -> None:
@@ -224,12 +241,16 @@ def check(spark, settings: Settings, start: datetime, end: datetime) -> None:
         raise RuntimeError(f"the baseline has SQL for {sorted(SQL)}, the batch layer computes {sorted(views)}")
     within = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
     for name, view in views.items():
-        ours, theirs = ([r.asDict() for r in spark.read.format("delta").load(path).where(within).collect()]
-                        for path in (versions.current(settings, name), settings.table(f"baseline/{name}")))
+        ours, theirs = (
+            [r.asDict() for r in spark.read.format("delta").load(path).where(within).collect()]
+            for path in (versions.current(settings, name), settings.table(f"baseline/{name}"))
+        )
         found = differences(view, ours, theirs) or ([] if ours else ["no rows at all"])
         if found:
-            raise RuntimeError(f"{name} for {start:%Y-%m-%d}: the baseline's rows differ from the batch layer's "
-                               f"({len(found)} differences): {'; '.join(found[:5])}")
+            raise RuntimeError(
+                f"{name} for {start:%Y-%m-%d}: the baseline's rows differ from the batch layer's "
+                f"({len(found)} differences): {'; '.join(found[:5])}"
+            )
 
 
 def build(spark, settings: Settings, days: dict[date, int], say) -> None:
@@ -237,19 +258,22 @@ def build(spark, settings: Settings, days: dict[date, int], say) -> None:
     fold) and a products changelog over the days."""
     ensure_tables(spark, settings)
     first, last = day_start(min(days)), day_start(max(days)) + DAY
-    records = landing.kafka_records(spark, generator.products(first - DAY, last), settings.home / "products",
-                                    settings.topic_of(PRODUCTS.topic))
+    records = landing.kafka_records(
+        spark, generator.products(first - DAY, last), settings.home / "products", settings.topic_of(PRODUCTS.topic)
+    )
     changelog.changes(changelog.parse(records, PRODUCTS), PRODUCTS).write.format("delta").mode("append").save(
-        settings.table(PRODUCTS.changes))
+        settings.table(PRODUCTS.changes)
+    )
     changelog.dimension(spark.read.format("delta").load(settings.table(PRODUCTS.changes)), PRODUCTS).write.format(
-        "delta").mode("overwrite").save(settings.table(PRODUCTS.name))
+        "delta"
+    ).mode("overwrite").save(settings.table(PRODUCTS.name))
     for day, count in sorted(days.items()):
         start = day_start(day)
         records = generator.generate(start, start + DAY, count, seed=day.toordinal())
         say(f"batch: landing {len(records):,} events of {day} ...")
         speed = bisect.bisect_left(records, start + DAY - SPEED, key=lambda r: r.send_at)
         for i in range(0, speed, SLICE):
-            landing.land(spark, settings, records[i:min(i + SLICE, speed)], settings.home / f"{day}-{i}")
+            landing.land(spark, settings, records[i : min(i + SLICE, speed)], settings.home / f"{day}-{i}")
         landing.fold(spark, settings, records[speed:], settings.home / f"{day}-speed", f"bench-{day}")
 
 
@@ -264,9 +288,11 @@ def measure(spark, settings: Settings, day: date, jobs: tuple[str, ...], runs: i
     """Seconds per timed run of each of ``jobs`` recomputing ``day``, in turn; the baseline's rows
     checked against the batch layer's after the first run (untimed if ``warm``)."""
     start, end = day_start(day), day_start(day) + DAY
-    calls = {BASELINE: lambda: baseline(spark, settings, start, end),
-             BATCH: lambda: recompute_day(spark, settings, start, end),
-             UNCHECKED: lambda: unchecked(spark, settings, start, end)}
+    calls = {
+        BASELINE: lambda: baseline(spark, settings, start, end),
+        BATCH: lambda: recompute_day(spark, settings, start, end),
+        UNCHECKED: lambda: unchecked(spark, settings, start, end),
+    }
     seconds: dict[str, list[float]] = {job: [] for job in jobs}
     for run in range(runs + warm):
         for job in jobs:
@@ -280,8 +306,14 @@ def measure(spark, settings: Settings, day: date, jobs: tuple[str, ...], runs: i
 
 def _late_event(day: date) -> Record:
     """A page view of ``day`` at 23:30, sent now."""
-    event = {"event_id": "bench-late-event", "event_type": "page_view", "user_id": "u0", "session_id": "bench-late",
-             "page": LATE_PAGE, "event_time": f"{day_start(day) + DAY - timedelta(minutes=30):%Y-%m-%dT%H:%M:%SZ}"}
+    event = {
+        "event_id": "bench-late-event",
+        "event_type": "page_view",
+        "user_id": "u0",
+        "session_id": "bench-late",
+        "page": LATE_PAGE,
+        "event_time": f"{day_start(day) + DAY - timedelta(minutes=30):%Y-%m-%dT%H:%M:%SZ}",
+    }
     return Record(datetime.now(UTC), b"u0", json.dumps(event).encode(), "late")
 
 
@@ -307,11 +339,17 @@ def late(spark, settings: Settings, count: int, say) -> Late:
     landing.fold(spark, settings, [_late_event(days[-1])], settings.home / "late", "bench-late")
     correction, stale = _timed(lambda: _correct(spark, settings))
     say(f"batch: correction of {', '.join(map(str, stale))}: {correction:,.1f} s")
-    shown = spark.read.format("delta").load(versions.current(settings, "page_views_per_minute")).where(
-        F.col("page") == LATE_PAGE).count()
+    shown = (
+        spark.read.format("delta")
+        .load(versions.current(settings, "page_views_per_minute"))
+        .where(F.col("page") == LATE_PAGE)
+        .count()
+    )
     if days[-1] not in stale or stale_days(settings) or shown != 1:
-        raise RuntimeError(f"the late event for {days[-1]} made {stale or 'no day'} stale, left "
-                           f"{stale_days(settings) or 'none'} stale and shows in {shown} page view windows")
+        raise RuntimeError(
+            f"the late event for {days[-1]} made {stale or 'no day'} stale, left "
+            f"{stale_days(settings) or 'none'} stale and shows in {shown} page view windows"
+        )
     return Late(days, count, stale, rebuild, correction)
 
 
@@ -323,10 +361,13 @@ def run(settings: Settings, late_settings: Settings, count: int, runs: int, say)
         sizes = {today - 2 * (len(SIZES) - i) * DAY: count * size for i, size in enumerate(SIZES)}
         build(spark, settings, sizes, say)
         (day, events), *growth = sizes.items()
-        measured = [Day(day, events, measure(spark, settings, day, (BASELINE, BATCH, UNCHECKED), runs=runs, warm=True,
-                                             say=say))]
-        measured += [Day(day, events, measure(spark, settings, day, (BASELINE, BATCH), runs=1, warm=False, say=say))
-                     for day, events in growth]
+        measured = [
+            Day(day, events, measure(spark, settings, day, (BASELINE, BATCH, UNCHECKED), runs=runs, warm=True, say=say))
+        ]
+        measured += [
+            Day(day, events, measure(spark, settings, day, (BASELINE, BATCH), runs=1, warm=False, say=say))
+            for day, events in growth
+        ]
         return measured, late(spark, late_settings, count, say)
     finally:
         spark.stop()

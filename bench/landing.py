@@ -17,23 +17,44 @@ from views import events, tables
 
 def kafka_records(spark, records: list[Record], path: Path, topic: str = "events"):
     """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
-    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC")),
-                        ("timestampType", pa.int32())])
-    pq.write_table(pa.table({
-        "key": [r.key for r in records], "value": [r.value for r in records], "topic": [topic] * len(records),
-        "partition": [0] * len(records), "offset": range(len(records)), "timestamp": [r.send_at for r in records],
-        "timestampType": [0] * len(records)}, schema=schema), path)
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", "UTC")),
+            ("timestampType", pa.int32()),
+        ]
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "key": [r.key for r in records],
+                "value": [r.value for r in records],
+                "topic": [topic] * len(records),
+                "partition": [0] * len(records),
+                "offset": range(len(records)),
+                "timestamp": [r.send_at for r in records],
+                "timestampType": [0] * len(records),
+            },
+            schema=schema,
+        ),
+        path,
+    )
     return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
 
 
 def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
     """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
     source = settings.source
-    parsed = events.parse(kafka_records(spark, records, path), source, settings.max_payload_bytes,
-                          settings.future_horizon_seconds)
+    parsed = events.parse(
+        kafka_records(spark, records, path), source, settings.max_payload_bytes, settings.future_horizon_seconds
+    )
     events.landed(parsed, source).write.format("delta").mode("append").partitionBy(
-        *tables.RAW_EVENTS.partition_by).save(tables.RAW_EVENTS.path(settings))
+        *tables.RAW_EVENTS.partition_by
+    ).save(tables.RAW_EVENTS.path(settings))
 
 
 def fold(spark, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:

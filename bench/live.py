@@ -63,21 +63,37 @@ MARKER_TIMEOUT = 30
 #: Seconds of load a freshness run plans per marker; markers stop when the load does.
 PER_MARKER = 6
 #: What a freshness run polls: every view, and raw_events.
-RELATIONS = ("raw_events", "page_views_per_minute", "trending_products", "search_ctr_hourly",
-             "revenue_by_category_hourly", "active_users_hourly", "sessions_hourly")
+RELATIONS = (
+    "raw_events",
+    "page_views_per_minute",
+    "trending_products",
+    "search_ctr_hourly",
+    "revenue_by_category_hourly",
+    "active_users_hourly",
+    "sessions_hourly",
+)
 
 
 def _stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _produce(bootstrap: str, topic: str, start: float, rate: float, seconds: float, users: int | None,
-             seed: int, ready: multiprocessing.Queue) -> None:
+def _produce(
+    bootstrap: str,
+    topic: str,
+    start: float,
+    rate: float,
+    seconds: float,
+    users: int | None,
+    seed: int,
+    ready: multiprocessing.Queue,
+) -> None:
     """Generate ``rate`` events per second over ``seconds`` from ``start`` (seconds since the epoch), say
     when on ``ready``, then send each at its time (a producer process)."""
     began = datetime.fromtimestamp(start, UTC)
-    records = generator.generate(began, began + timedelta(seconds=seconds), round(rate * seconds), seed=seed,
-                                 shaped=False, users=users)
+    records = generator.generate(
+        began, began + timedelta(seconds=seconds), round(rate * seconds), seed=seed, shaped=False, users=users
+    )
     ready.put(time.time())
     sender = _sender(bootstrap, linger_ms=LINGER_MS)
     sent = 0
@@ -123,8 +139,10 @@ class Load:
         every record due meanwhile at once, a burst instead of the rate: such a load is refused."""
         latest = max(self.ready.get(timeout=max(0.0, self.start - time.time()) + 600) for _ in self.procs)
         if latest > self.start:
-            raise RuntimeError(f"the load's producers had generated their records {latest - self.start:.0f} s after "
-                               f"its start: bench.live.GENERATED_PER_SECOND is too high for this machine")
+            raise RuntimeError(
+                f"the load's producers had generated their records {latest - self.start:.0f} s after "
+                f"its start: bench.live.GENERATED_PER_SECOND is too high for this machine"
+            )
         time.sleep(max(0.0, self.start - time.time()))
 
     def stop(self) -> None:
@@ -133,17 +151,23 @@ class Load:
             proc.join()
 
 
-def load(settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None,
-         start: float | None = None) -> Load:
+def load(
+    settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None, start: float | None = None
+) -> Load:
     """Producer processes that send ``rate`` events/s in all for ``seconds``, from ``start`` (seconds
     since the epoch; default: once they may have generated their share)."""
     count = max(1, math.ceil(rate / PER_PRODUCER))
     cores = min(count, os.cpu_count() or 1)
     start = start or time.time() + 5 + rate * seconds / (GENERATED_PER_SECOND * cores)
     ready: multiprocessing.Queue = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=_produce, daemon=True,
-                                     args=(settings.kafka_bootstrap, settings.topic, start, rate / count, seconds,
-                                           users, seed * 100 + i, ready)) for i in range(count)]
+    procs = [
+        multiprocessing.Process(
+            target=_produce,
+            daemon=True,
+            args=(settings.kafka_bootstrap, settings.topic, start, rate / count, seconds, users, seed * 100 + i, ready),
+        )
+        for i in range(count)
+    ]
     for proc in procs:
         proc.start()
     return Load(procs, start, seconds, ready)
@@ -198,12 +222,12 @@ def _checks(marker: int, now: datetime) -> dict[str, str]:
     since = f"TIMESTAMPTZ '{(now - timedelta(seconds=1)).isoformat()}'"
     return {
         "raw_events": f"SELECT count(*) FROM raw_events WHERE event_date = DATE '{now.date()}' "
-                      f"AND event_time >= {since} AND event_id = 'marker-{marker}-1'",
+        f"AND event_time >= {since} AND event_id = 'marker-{marker}-1'",
         "page_views_per_minute": f"SELECT count(*) FROM page_views_per_minute WHERE page = '/marker-{marker}'",
         "trending_products": f"SELECT count(*) FROM trending_products WHERE product_id = 'marker-{marker}'",
         "search_ctr_hourly": f"SELECT count(*) FROM search_ctr_hourly WHERE query = 'marker-{marker}'",
         "revenue_by_category_hourly": f"SELECT count(*) FROM revenue_by_category_hourly "
-                                      f"WHERE category = 'marker-{marker}'",
+        f"WHERE category = 'marker-{marker}'",
         "active_users_hourly": f"SELECT coalesce(max(active_users), 0) FROM active_users_hourly WHERE {at}",
         "sessions_hourly": f"SELECT coalesce(max(sessions), 0) FROM sessions_hourly WHERE {at}",
     }
@@ -245,17 +269,27 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
         {"event_type": "page_view", "page": f"/marker-{marker}"},
         {"event_type": "search", "query": f"marker-{marker}"},
     ]
-    return [(user.encode(), json.dumps({"event_id": f"marker-{marker}-{i}", **common, **e}).encode())
-            for i, e in enumerate(events)]
+    return [
+        (user.encode(), json.dumps({"event_id": f"marker-{marker}-{i}", **common, **e}).encode())
+        for i, e in enumerate(events)
+    ]
 
 
 def marker_products(settings: Settings, markers: range) -> None:
     """Give each marker's product a category of its own, in the products changelog."""
     now = datetime.now(UTC)
     [products] = [d for d in settings.dimensions if d.name == "products"]
-    records = [producer.Record(now, f"marker-{m}".encode(), json.dumps(
-        {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}).encode(),
-        "product") for m in markers]
+    records = [
+        producer.Record(
+            now,
+            f"marker-{m}".encode(),
+            json.dumps(
+                {"product_id": f"marker-{m}", "category": f"marker-{m}", "price": 1.0, "updated_at": _stamp(now)}
+            ).encode(),
+            "product",
+        )
+        for m in markers
+    ]
     producer.send_changelog(settings, records, settings.topic_of(products.topic))
 
 
@@ -293,8 +327,9 @@ class Fresh:
     batches: list[tuple[int, float]] = field(default_factory=list)
 
 
-def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
-              relations: tuple[str, ...] = RELATIONS) -> Fresh:
+def freshness(
+    settings: Settings, markers: int, rate: float, first: int = 0, relations: tuple[str, ...] = RELATIONS
+) -> Fresh:
     """How fresh ``relations`` are under the load at ``rate``: markers ``first`` .. ``first + markers - 1``."""
     numbers = range(first, first + markers)
     if "revenue_by_category_hourly" in relations:
@@ -311,8 +346,9 @@ def freshness(settings: Settings, markers: int, rate: float, first: int = 0,
     return Fresh(rate, seen, batches)
 
 
-def markers_seen(settings: Settings, numbers: range, relations: tuple[str, ...],
-                 until: float) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
+def markers_seen(
+    settings: Settings, numbers: range, relations: tuple[str, ...], until: float
+) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
     """Send markers ``numbers`` one after the other until ``until`` (seconds since the epoch): per
     relation, the seconds each took to show; and the micro-batches with input meanwhile."""
     sender = _sender(settings.kafka_bootstrap, linger_ms=0)

@@ -124,9 +124,20 @@ def run(settings: Settings, events: int, say) -> tuple[Runs]:
         finished = max(_when(r.end_date) for r in client.dag_runs(DAG) if r.run_type == "backfill")
         backfilled = [run_id for run_id in done if run_id != nightly]
         last = _engine_memory(settings)
-        return (Runs(events, _task_seconds(client, nightly), _when(run.end_date) - due, warm, len(backfilled),
-                     finished - began, [_task_seconds(client, r) for r in backfilled], first, last,
-                     airflow.BATCH_RUNS_IN_FLIGHT),)
+        return (
+            Runs(
+                events,
+                _task_seconds(client, nightly),
+                _when(run.end_date) - due,
+                warm,
+                len(backfilled),
+                finished - began,
+                [_task_seconds(client, r) for r in backfilled],
+                first,
+                last,
+                airflow.BATCH_RUNS_IN_FLIGHT,
+            ),
+        )
     finally:
         airflow.stop(settings)
         batch_engine.stop(settings)

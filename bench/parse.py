@@ -34,13 +34,13 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
     try:
         ensure_tables(spark, settings)
         now = datetime.now(UTC)
-        records = landing.kafka_records(spark, generator.generate(now - timedelta(hours=1), now, count),
-                                        settings.home / "records.parquet").cache()
+        records = landing.kafka_records(
+            spark, generator.generate(now - timedelta(hours=1), now, count), settings.home / "records.parquet"
+        ).cache()
         records.count()
         source = settings.source
         parses = {
-            OURS: lambda: events.parse(records, source, settings.max_payload_bytes,
-                                                                  settings.future_horizon_seconds),
+            OURS: lambda: events.parse(records, source, settings.max_payload_bytes, settings.future_horizon_seconds),
             BASELINE: lambda: bare_stream.as_raw_events(records, settings),
         }
         seconds: dict[str, list[float]] = {name: [] for name in parses}
@@ -57,8 +57,12 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
 
 def measure(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
     """:func:`run`, in a process of its own."""
-    done = subprocess.run([sys.executable, "-m", "bench.parse", str(settings.home), str(count), str(runs)],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.parse", str(settings.home), str(count), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if done.returncode:
         raise RuntimeError(f"the parse micro-benchmark failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -225,18 +225,28 @@ class Queries:
 
 
 def _landing(settings: Settings) -> Landing:
-    _, [(landed, distinct_landed, dead, distinct_dead)] = engine.query(settings, (
-        'SELECT (SELECT count(*) FROM raw_events), (SELECT count(DISTINCT ("partition", "offset")) FROM raw_events), '
-        '(SELECT count(*) FROM dead_letters), (SELECT count(DISTINCT ("partition", "offset")) FROM dead_letters)'))
+    _, [(landed, distinct_landed, dead, distinct_dead)] = engine.query(
+        settings,
+        (
+            "SELECT (SELECT count(*) FROM raw_events), "
+            '(SELECT count(DISTINCT ("partition", "offset")) FROM raw_events), '
+            '(SELECT count(*) FROM dead_letters), (SELECT count(DISTINCT ("partition", "offset")) FROM dead_letters)'
+        ),
+    )
     produced = sum(kafka.end_offsets(settings, settings.topic).values())
-    return Landing(produced, landed, dead, landed - distinct_landed + dead - distinct_dead,
-                   produced - distinct_landed - distinct_dead)
+    return Landing(
+        produced,
+        landed,
+        dead,
+        landed - distinct_landed + dead - distinct_dead,
+        produced - distinct_landed - distinct_dead,
+    )
 
 
 def _chunks(records: list[Record]):
     """``records`` in order, one chunk of :data:`SEND_RATE` a second."""
     for start in range(0, len(records), SEND_RATE):
-        yield records[start:start + SEND_RATE]
+        yield records[start : start + SEND_RATE]
         time.sleep(1)
 
 
@@ -320,8 +330,9 @@ def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
 
 def broker_kill(settings: Settings, broker: Settings, events: int, say) -> BrokerKill:
     now = datetime.now(UTC)
-    records = generator.generate(now - timedelta(minutes=8), now, events, seed=32, shaped=False,
-                                 mix=Mix(late=0, duplicate=0, malformed=0))
+    records = generator.generate(
+        now - timedelta(minutes=8), now, events, seed=32, shaped=False, mix=Mix(late=0, duplicate=0, malformed=0)
+    )
     services.start_speed(settings)
     speed, victim = processes.running_pid(settings, services.SPEED), kafka.nodes(broker)[0]
     acked: list[Record] = []
@@ -348,13 +359,17 @@ def broker_kill(settings: Settings, broker: Settings, events: int, say) -> Broke
     watchdog.append(services.watch_speed(settings))
     services.wait_for_landing(settings, timeout=900)
     ids = {r.event()["event_id"] for r in acked}
-    _, [(found,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
-                                           "(SELECT unnest($ids))", {"ids": sorted(ids)})
+    _, [(found,)] = engine.query(
+        settings,
+        "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN (SELECT unnest($ids))",
+        {"ids": sorted(ids)},
+    )
     landing, restarted = _landing(settings), processes.running_pid(settings, services.SPEED) != speed
     services.stop_speed(settings)
     say(f"  {len(acked):,} of {len(records):,} acknowledged, {len(ids) - found:,} of them missing; {landing}")
-    return BrokerKill(len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"],
-                      restarted)
+    return BrokerKill(
+        len(records), len(acked), len(ids) - found, landing, [w for w in watchdog if w != "healthy"], restarted
+    )
 
 
 def _finished(task) -> str:
@@ -413,11 +428,21 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
             reader.join()
             after = merged()
             wrong = [name for name in views if not same_days(after[name], new[name])]
-            rounds.append(BatchRound(at, error, back, rerun, not rerun and not wrong, len(seen),
-                                     sum(any(not (same_days(s[n], before[n]) or same_days(s[n], new[n])) for n in views)
-                                         for s in seen)))
-            say(f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; the rerun: "
-                f"{rerun or 'succeeded'}; views unlike the oracle's: {', '.join(wrong) or 'none'}")
+            rounds.append(
+                BatchRound(
+                    at,
+                    error,
+                    back,
+                    rerun,
+                    not rerun and not wrong,
+                    len(seen),
+                    sum(any(not (same_days(s[n], before[n]) or same_days(s[n], new[n])) for n in views) for s in seen),
+                )
+            )
+            say(
+                f"  kill {kill + 1} at {at:.1f} s: {error or 'the task had finished'}; the rerun: "
+                f"{rerun or 'succeeded'}; views unlike the oracle's: {', '.join(wrong) or 'none'}"
+            )
             before = after
     finally:
         batch_engine.stop(settings)
@@ -465,13 +490,24 @@ def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, sa
         airflow.stop(settings)
         batch_engine.stop(settings)
     recorded = collections.Counter(engine.query(settings, "SELECT view, day FROM serving_state")[1])
-    every = {(name, (first + d * timebase.DAY).date()) for name in settings.views
-             for d in range(days)}
-    found = OrchestratorKill(days, events, killed_at, back, seconds, states, reruns, leftovers,
-                             sum(n > 1 for n in recorded.values()), len(every - set(recorded)),
-                             _differing(settings, records))
-    say(f"  {found.stuck} of {len(states)} runs stuck, {reruns} tasks rerun, ledger: {found.recorded_twice} "
-        f"recorded twice, {found.unrecorded} missing; differing from the oracle: {found.differing}")
+    every = {(name, (first + d * timebase.DAY).date()) for name in settings.views for d in range(days)}
+    found = OrchestratorKill(
+        days,
+        events,
+        killed_at,
+        back,
+        seconds,
+        states,
+        reruns,
+        leftovers,
+        sum(n > 1 for n in recorded.values()),
+        len(every - set(recorded)),
+        _differing(settings, records),
+    )
+    say(
+        f"  {found.stuck} of {len(states)} runs stuck, {reruns} tasks rerun, ledger: {found.recorded_twice} "
+        f"recorded twice, {found.unrecorded} missing; differing from the oracle: {found.differing}"
+    )
     return found
 
 
@@ -493,8 +529,10 @@ def _point_clients(settings: Settings, stop: threading.Event, found: list) -> li
         rng = random.Random(seed)
         while not stop.wait(SOAK_QUERY_EVERY):
             minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
-            sql = (f"SELECT views FROM page_views_per_minute WHERE page = '{rng.choice(generator.PAGES)}' "
-                   f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
+            sql = (
+                f"SELECT views FROM page_views_per_minute WHERE page = '{rng.choice(generator.PAGES)}' "
+                f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'"
+            )
             began = time.perf_counter()
             ok = _outcome(url, sql) == ANSWERED
             found.append((time.time(), (time.perf_counter() - began) * 1000, ok))
@@ -543,25 +581,35 @@ def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
         began = time.time()
         for k in range(windows):
             if k < windows - 1:
-                loads.append(live.load(settings, rate, SOAK_WINDOW, seed=51 + k, users=live.USERS,
-                                       start=loads[-1].end))
+                loads.append(live.load(settings, rate, SOAK_WINDOW, seed=51 + k, users=live.USERS, start=loads[-1].end))
             if k == 1:
                 client.trigger("maintenance", datetime.now(UTC))
             end = began + (k + 1) * SOAK_WINDOW
-            seen, _ = live.markers_seen(settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS,
-                                        end - live.MARKER_TIMEOUT)
+            seen, _ = live.markers_seen(
+                settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS, end - live.MARKER_TIMEOUT
+            )
             if k < windows - 1:
                 loads[k + 1].begin()  # the next window's load, refused if its producers are not ready by its start
             time.sleep(max(0.0, end - time.time()))
             window = [(ms, ok) for at, ms, ok in points if end - SOAK_WINDOW <= at < end]
-            found.append(SoakWindow(
-                (end - began) / 60, _resident_mb(processes.running_pid(settings, services.SPEED)),
-                _resident_mb(processes.running_pid(settings, services.SERVING)),
-                _files(settings, "raw_events"), _files(settings, "speed_partials"), _disk_mb(settings.checkpoints),
-                seen, [ms for ms, _ in window], sum(not ok for _, ok in window)))
-            say(f"  minute {found[-1].minute:.0f}: speed {found[-1].speed_mb:,} MB, API {found[-1].serving_mb:,} MB, "
+            found.append(
+                SoakWindow(
+                    (end - began) / 60,
+                    _resident_mb(processes.running_pid(settings, services.SPEED)),
+                    _resident_mb(processes.running_pid(settings, services.SERVING)),
+                    _files(settings, "raw_events"),
+                    _files(settings, "speed_partials"),
+                    _disk_mb(settings.checkpoints),
+                    seen,
+                    [ms for ms, _ in window],
+                    sum(not ok for _, ok in window),
+                )
+            )
+            say(
+                f"  minute {found[-1].minute:.0f}: speed {found[-1].speed_mb:,} MB, API {found[-1].serving_mb:,} MB, "
                 f"freshness p99 {live.percentile([t for v in seen.values() for t in v], 0.99):.1f} s, "
-                f"point p99 {live.percentile(found[-1].points_ms, 0.99):.0f} ms")
+                f"point p99 {live.percentile(found[-1].points_ms, 0.99):.0f} ms"
+            )
     finally:
         stop.set()
         for load in loads:
@@ -579,6 +627,7 @@ SAME_ID = "same id, other body"
 def _kinds() -> dict[str, Callable[[dict], bytes]]:
     """Ways to break a valid event (a dict) into a record's bytes; each is a malformation the speed
     layer must dead-letter, or (schema drift, duplicates) land as its rules say."""
+
     def dumps(event) -> bytes:
         return json.dumps(event).encode()
 
@@ -589,7 +638,7 @@ def _kinds() -> dict[str, Callable[[dict], bytes]]:
         return lambda e: dumps({k: v for k, v in e.items() if k != name})
 
     def nested(e):
-        return ("{\"a\":" * 5000 + "1" + "}" * 5000).encode()
+        return ('{"a":' * 5000 + "1" + "}" * 5000).encode()
 
     return {
         "random bytes": lambda e: random.Random(e["event_id"]).randbytes(200),
@@ -622,6 +671,8 @@ def _kinds() -> dict[str, Callable[[dict], bytes]]:
 
 
 KINDS = tuple(_kinds())
+
+
 def _renamed(record: Record, kind: str, event_id: str) -> dict:
     """The record's event, with an id of its own unless ``kind`` is :data:`SAME_ID`."""
     event = record.event()
@@ -632,37 +683,50 @@ def hostile_input(settings: Settings, per_kind: int, say) -> Hostile:
     """``per_kind`` records broken in each of :data:`KINDS` ways, each from a valid page view of its own
     that is sent too, among as many other valid events."""
     now = datetime.now(UTC)
-    valid = generator.generate(now - timedelta(minutes=8), now, 2 * per_kind * len(KINDS), seed=33, shaped=False,
-                               mix=Mix(late=0, duplicate=0, malformed=0))
+    valid = generator.generate(
+        now - timedelta(minutes=8),
+        now,
+        2 * per_kind * len(KINDS),
+        seed=33,
+        shaped=False,
+        mix=Mix(late=0, duplicate=0, malformed=0),
+    )
     page_views = [r for r in valid if r.event()["event_type"] == "page_view"]
-    broken = [Record(good.send_at, good.key, brk(_renamed(good, name, f"broken-{i}-{j}")), "malformed")
-              for i, (name, brk) in enumerate(_kinds().items())
-              for j, good in enumerate(page_views[(i * per_kind + j) % len(page_views)] for j in range(per_kind))]
+    broken = [
+        Record(good.send_at, good.key, brk(_renamed(good, name, f"broken-{i}-{j}")), "malformed")
+        for i, (name, brk) in enumerate(_kinds().items())
+        for j, good in enumerate(page_views[(i * per_kind + j) % len(page_views)] for j in range(per_kind))
+    ]
     mixed = sorted(valid + broken, key=lambda r: r.send_at)
     services.start_speed(settings)
     pid = processes.running_pid(settings, services.SPEED)
     _send(settings, mixed)
     big = producer.publish(settings, [(b"big", b"x" * 10 * 2**20, None)], settings.topic)
     services.wait_for_landing(settings, timeout=900)
-    _, [(landed_valid,)] = engine.query(settings, "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN "
-                                                  "(SELECT unnest($ids))",
-                                        {"ids": [r.event()["event_id"] for r in valid]})
+    _, [(landed_valid,)] = engine.query(
+        settings,
+        "SELECT count(DISTINCT event_id) FROM raw_events WHERE event_id IN (SELECT unnest($ids))",
+        {"ids": [r.event()["event_id"] for r in valid]},
+    )
     restarts = int(processes.running_pid(settings, services.SPEED) != pid)
     landing = _landing(settings)
     services.stop_speed(settings)
-    say(f"  {len(mixed):,} records, {len(KINDS)} kinds of malformation; valid landed {landed_valid:,} of "
-        f"{len(valid):,}; {landing}")
-    return Hostile(len(mixed), len(KINDS), sum(error is not None for error in big), landing, landed_valid,
-                   len(valid), restarts)
+    say(
+        f"  {len(mixed):,} records, {len(KINDS)} kinds of malformation; valid landed {landed_valid:,} of "
+        f"{len(valid):,}; {landing}"
+    )
+    return Hostile(
+        len(mixed), len(KINDS), sum(error is not None for error in big), landing, landed_valid, len(valid), restarts
+    )
 
 
 #: Queries a hostile client sends: each must be stopped or refused in one line.
 BAD_QUERIES = {
-    "a cross join of three views": 'SELECT count(*) FROM page_views_per_minute a, page_views_per_minute b, '
-                                   'page_views_per_minute c',
+    "a cross join of three views": "SELECT count(*) FROM page_views_per_minute a, page_views_per_minute b, "
+    "page_views_per_minute c",
     "a trillion-row range": "SELECT sum(range) FROM range(1000000000000)",
     "an endless recursive CTE": "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) "
-                                "SELECT count(*) FROM t",
+    "SELECT count(*) FROM t",
     "a memory-hungry aggregate": "SELECT list(repeat('x', 1000)) FROM range(100000000)",
     "deeply nested parentheses": "SELECT " + "(" * 100_000 + "1" + ")" * 100_000,
     "deeply nested calls": "SELECT " + "abs(" * 900 + "-1" + ")" * 900,
@@ -708,8 +772,11 @@ def hostile_queries(settings: Settings, say) -> Queries:
             while time.monotonic() < stop:
                 page, minute = rng.choice(keys)
                 began = time.perf_counter()
-                outcome = _outcome(url, f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
-                                        f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'")
+                outcome = _outcome(
+                    url,
+                    f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
+                    f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'",
+                )
                 with lock:
                     found.append(time.perf_counter() - began)
                     result.point_errors += outcome != ANSWERED
@@ -742,7 +809,9 @@ def hostile_queries(settings: Settings, say) -> Queries:
     while any(t.is_alive() for t in threads):
         result.server_up &= services.serving_healthy(settings)
         time.sleep(2)
-    say(f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries beside "
-        f"them, {len(result.alone):,} alone before")
+    say(
+        f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries beside "
+        f"them, {len(result.alone):,} alone before"
+    )
     processes.stop(settings, services.SERVING)
     return result

@@ -157,12 +157,21 @@ def queries(settings: Settings, data: Data, seed: int = 3) -> Queries:
     """Point queries at pages and minutes drawn from the view's batch rows, and range queries of each page:
     over the month (timed) and over its last 29 days (to warm a runner)."""
     rows = DeltaTable(settings.table(f"batch/{VIEW}")).to_pyarrow_table(columns=["page", "window_start"]).to_pylist()
-    timed, warm, writes = ([f"SELECT * FROM \"{VIEW}\" WHERE page = '{r['page']}' AND window_start = "
-                            f"{_at(r['window_start'])}" for r in sample]
-                           for sample in draw(rows, [POINTS, POINTS, WRITES_POINTS], seed))
-    ranges = [[f"SELECT CAST(window_start AS DATE) AS day, sum(views) AS views FROM \"{VIEW}\" WHERE page = "
-               f"'{page}' AND window_start >= {_at(start)} AND window_start < {_at(data.end)} GROUP BY 1 ORDER BY 1"
-               for page in generator.PAGES] for start in (data.start, data.start + timedelta(days=1))]
+    timed, warm, writes = (
+        [
+            f"SELECT * FROM \"{VIEW}\" WHERE page = '{r['page']}' AND window_start = {_at(r['window_start'])}"
+            for r in sample
+        ]
+        for sample in draw(rows, [POINTS, POINTS, WRITES_POINTS], seed)
+    )
+    ranges = [
+        [
+            f'SELECT CAST(window_start AS DATE) AS day, sum(views) AS views FROM "{VIEW}" WHERE page = '
+            f"'{page}' AND window_start >= {_at(start)} AND window_start < {_at(data.end)} GROUP BY 1 ORDER BY 1"
+            for page in generator.PAGES
+        ]
+        for start in (data.start, data.start + timedelta(days=1))
+    ]
     return Queries(timed, ranges[0], warm + ranges[1], writes)
 
 
@@ -210,8 +219,10 @@ def measure(run: Runner, queries: Queries) -> Result:
     """Warm ``run`` with the warm-up queries, then time it on the others."""
     for sql in queries.warm:
         run(sql)
-    return Result({"point": _latencies(run, queries.points, 1), "range": _latencies(run, queries.ranges, DAYS)},
-                  _throughput(run, queries.points))
+    return Result(
+        {"point": _latencies(run, queries.points, 1), "range": _latencies(run, queries.ranges, DAYS)},
+        _throughput(run, queries.points),
+    )
 
 
 def check_ms(settings: Settings, queries: list[str]) -> list[float]:
@@ -255,12 +266,12 @@ def under_writes(spark, settings: Settings, queries: list[str]) -> Writes:
         finally:
             stop.set()
         writer.result()
-    return Writes(times, seconds, {name: after[name] - before[name] for name in WRITTEN},
-                  {name: copied[name] for name in WRITTEN})
+    return Writes(
+        times, seconds, {name: after[name] - before[name] for name in WRITTEN}, {name: copied[name] for name in WRITTEN}
+    )
 
 
-def run(settings: Settings, count: int,
-        say) -> tuple[Data, dict[str, Result], Queries, dict[str, list[float]], Writes]:
+def run(settings: Settings, count: int, say) -> tuple[Data, dict[str, Result], Queries, dict[str, list[float]], Writes]:
     """Build the data, measure the serving layer and Spark SQL with the same queries, time the sandbox's
     check alone, then the serving layer under writes."""
     spark = sparks.session(settings, "lambdalake-bench-serving")
@@ -271,22 +282,33 @@ def run(settings: Settings, count: int,
         say(f"serving: caching {', '.join(CACHED)} in the Spark SQL session ...")
         for name in CACHED:
             session.sql(f'CACHE TABLE "{name}"')
-        runners: dict[str, Runner] = dict(zip(RUNNERS, (lambda text: engine.query(settings, text)[1],
-                                                        lambda text: session.sql(text).collect()), strict=True))
+        runners: dict[str, Runner] = dict(
+            zip(
+                RUNNERS,
+                (lambda text: engine.query(settings, text)[1], lambda text: session.sql(text).collect()),
+                strict=True,
+            )
+        )
         results = {}
         for name, runner in runners.items():
             say(f"serving: timing {name} ...")
             result = results[name] = measure(runner, sql)
-            say(f"  point p50 {statistics.median(result.latency_ms['point']):,.1f} ms, range p50 "
-                f"{statistics.median(result.latency_ms['range']):,.1f} ms, {result.queries_per_second:,.1f} queries/s")
+            say(
+                f"  point p50 {statistics.median(result.latency_ms['point']):,.1f} ms, range p50 "
+                f"{statistics.median(result.latency_ms['range']):,.1f} ms, {result.queries_per_second:,.1f} queries/s"
+            )
         session.catalog.clearCache()
         checks = {"point": check_ms(settings, sql.points), "range": check_ms(settings, sql.ranges)}
-        say(f"  sandbox check p50: point {statistics.median(checks['point']):,.2f} ms, "
-            f"range {statistics.median(checks['range']):,.2f} ms")
+        say(
+            f"  sandbox check p50: point {statistics.median(checks['point']):,.2f} ms, "
+            f"range {statistics.median(checks['range']):,.2f} ms"
+        )
         say(f"serving: {WRITES_POINTS:,} point queries while micro-batches of {BATCH_EVENTS:,} events commit ...")
         writes = under_writes(spark, settings, sql.under_writes)
-        say(f"  point p50 {statistics.median(writes.latency_ms):,.1f} ms; versions committed {writes.committed}, "
-            f"copied by the engine {writes.copied}")
+        say(
+            f"  point p50 {statistics.median(writes.latency_ms):,.1f} ms; versions committed {writes.committed}, "
+            f"copied by the engine {writes.copied}"
+        )
     finally:
         spark.stop()
     return data, results, sql, checks, writes

@@ -53,8 +53,12 @@ def batch_end(started: str, durations_ms: dict) -> float:
 
 def bare(settings: Settings, total: int) -> Drain:
     """Drain the topic with the bare Structured Streaming job, in a process of its own."""
-    done = subprocess.run([sys.executable, "-m", "bench.bare_stream", str(settings.home), str(total)],
-                          capture_output=True, text=True, timeout=TIMEOUT + 120)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bare_stream", str(settings.home), str(total)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT + 120,
+    )
     if done.returncode:
         raise RuntimeError(f"the bare stream failed:\n{done.stderr[-3000:]}")
     drained = json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,8 +79,9 @@ def live_heap_mb(pid: int) -> float:
     process = psutil.Process(pid)
     [jvm] = [p.pid for p in (process, *process.children(recursive=True)) if p.name() == "java"]
     subprocess.run(["jcmd", str(jvm), "GC.run"], check=True, capture_output=True, timeout=60)
-    header, values = subprocess.run(["jstat", "-gc", str(jvm)], check=True, capture_output=True, text=True,
-                                    timeout=60).stdout.split("\n")[:2]
+    header, values = subprocess.run(
+        ["jstat", "-gc", str(jvm)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout.split("\n")[:2]
     gc = dict(zip(header.split(), values.split(), strict=True))
     return sum(float(gc[space]) for space in ("S0U", "S1U", "EU", "OU")) / 1024
 
@@ -95,8 +100,10 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
         while time.monotonic() < deadline:
             report = services.speed_health(settings)
             if report is None:
-                raise processes.ServiceError(f"the speed layer stopped while draining"
-                                             f"{processes.log_tail(processes.log_file(settings, services.SPEED))}")
+                raise processes.ServiceError(
+                    f"the speed layer stopped while draining"
+                    f"{processes.log_tail(processes.log_file(settings, services.SPEED))}"
+                )
             query = report.queries["landing"]
             if query.last_progress:
                 first = first or query.last_progress
@@ -110,9 +117,13 @@ def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
                 if live_heap and quarter not in live:
                     live[quarter] = live_heap_mb(pid)
                 if done >= total:
-                    return Drain(batch_end(query.last_progress, query.durations_ms) - processes.parse_utc(first),
-                                 (query.batch_id or 0) + 1, dict(sorted(memory.items())),
-                                 [live[q] for q in sorted(live)], steps)
+                    return Drain(
+                        batch_end(query.last_progress, query.durations_ms) - processes.parse_utc(first),
+                        (query.batch_id or 0) + 1,
+                        dict(sorted(memory.items())),
+                        [live[q] for q in sorted(live)],
+                        steps,
+                    )
             time.sleep(0.2)
         raise TimeoutError(f"the speed layer did not drain {total:,} records in {TIMEOUT}s")
     finally:

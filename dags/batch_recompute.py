@@ -59,7 +59,8 @@ with DAG(
 
         context = get_current_context()
         with dags.engine(settings) as spark:
-            return dags.returned(recompute_day(spark, settings, context["data_interval_start"],
-                                               context["data_interval_end"]))
+            return dags.returned(
+                recompute_day(spark, settings, context["data_interval_start"], context["data_interval_end"])
+            )
 
     recompute()

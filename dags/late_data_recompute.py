@@ -26,8 +26,9 @@ settings = load()
 with DAG(
     dag_id="late_data_recompute",
     doc_md=__doc__ + dags.quality_docs(settings),
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"),
-                                 assets=[dags.table(settings, tables.LATE_EVENTS)]),
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 * * * *", timezone="UTC"), assets=[dags.table(settings, tables.LATE_EVENTS)]
+    ),
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
@@ -44,8 +45,10 @@ with DAG(
 
         return [[first.isoformat(), last.isoformat()] for first, last in ranges(find(settings))]
 
-    @task(inlets=[dags.table(settings, tables.RAW_EVENTS), dags.table(settings, tables.LATE_EVENTS)],
-          outlets=dags.batch_tables(settings))
+    @task(
+        inlets=[dags.table(settings, tables.RAW_EVENTS), dags.table(settings, tables.LATE_EVENTS)],
+        outlets=dags.batch_tables(settings),
+    )
     def recompute(days: list[str]) -> dict:
         """Recompute every view for one run of consecutive stale days [first, last]."""
         from batch_layer.recompute import recompute_day

@@ -43,28 +43,57 @@ with DAG(
     default_args=dags.default_args(priority_weight=dags.BATCH_PRIORITY),
     tags=["lambdalake", "batch"],
     params={
-        "views": Param(views, type="array", title="Views", description="The views to rebuild.",
-                       items={"type": "string", "enum": views}, examples=views, minItems=1, uniqueItems=True),
-        "start": Param(None, type=["null", "string"], format="date", title="First day",
-                       description="First day to recompute (UTC); leave empty with all history."),
-        "end": Param(None, type=["null", "string"], format="date", title="Last day",
-                     description="Last day to recompute (UTC), ended; leave empty with all history."),
-        "all_history": Param(False, type="boolean", title="All history",
-                             description="Recompute every ended day of raw_events instead of a day range."),
-        "label": Param(type="string", pattern=versions.LABEL, title="Label",
-                       description="The new version's name: lowercase letters, digits, - and _ (e.g. v2)."),
+        "views": Param(
+            views,
+            type="array",
+            title="Views",
+            description="The views to rebuild.",
+            items={"type": "string", "enum": views},
+            examples=views,
+            minItems=1,
+            uniqueItems=True,
+        ),
+        "start": Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            title="First day",
+            description="First day to recompute (UTC); leave empty with all history.",
+        ),
+        "end": Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            title="Last day",
+            description="Last day to recompute (UTC), ended; leave empty with all history.",
+        ),
+        "all_history": Param(
+            False,
+            type="boolean",
+            title="All history",
+            description="Recompute every ended day of raw_events instead of a day range.",
+        ),
+        "label": Param(
+            type="string",
+            pattern=versions.LABEL,
+            title="Label",
+            description="The new version's name: lowercase letters, digits, - and _ (e.g. v2).",
+        ),
     },
 ):
 
-    @task(inlets=[dags.table(settings, tables.RAW_EVENTS)],
-          outlets=[*dags.batch_tables(settings), dags.table(settings, tables.SERVING_VERSIONS)])
+    @task(
+        inlets=[dags.table(settings, tables.RAW_EVENTS)],
+        outlets=[*dags.batch_tables(settings), dags.table(settings, tables.SERVING_VERSIONS)],
+    )
     def reprocess() -> dict:
         """Check the form's values, build every view's new version, then switch; the summary per view."""
         from batch_layer import reprocess as run
 
         params = get_current_context()["params"]
-        plan = run.plan(settings, params["label"], params["views"], params["start"], params["end"],
-                        params["all_history"])
+        plan = run.plan(
+            settings, params["label"], params["views"], params["start"], params["end"], params["all_history"]
+        )
         with dags.engine(settings) as spark:
             return dags.returned(run.reprocess(spark, settings, plan))
 

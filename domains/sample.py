@@ -54,8 +54,17 @@ Burst = Callable[[datetime, random.Random], list[dict]]
 Spoil = Callable[[dict, random.Random], bytes]
 
 
-def sample(start: datetime, end: datetime, count: int, seed: int, mix: Mix, shaped: bool, burst: Burst,
-           spoil: Spoil, key: str = "user_id") -> list[Record]:
+def sample(
+    start: datetime,
+    end: datetime,
+    count: int,
+    seed: int,
+    mix: Mix,
+    shaped: bool,
+    burst: Burst,
+    spoil: Spoil,
+    key: str = "user_id",
+) -> list[Record]:
     """About ``count`` records of ``burst``'s events sent over ``[start, end)``, in the order they are
     sent, keyed by their ``key`` field.
 

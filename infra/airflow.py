@@ -45,10 +45,17 @@ ENGINE_CONNECTION = "spark_connect_default"
 BATCH_RUNS_IN_FLIGHT = 4
 
 #: The entry of /api/v2/monitor/health that says each service is up.
-_HEALTH_KEY = {SCHEDULER: "scheduler", DAG_PROCESSOR: "dag_processor", TRIGGERER: "triggerer",
-               API_SERVER: "metadatabase"}
-_HEARTBEAT_KEY = {SCHEDULER: "latest_scheduler_heartbeat", DAG_PROCESSOR: "latest_dag_processor_heartbeat",
-                  TRIGGERER: "latest_triggerer_heartbeat"}
+_HEALTH_KEY = {
+    SCHEDULER: "scheduler",
+    DAG_PROCESSOR: "dag_processor",
+    TRIGGERER: "triggerer",
+    API_SERVER: "metadatabase",
+}
+_HEARTBEAT_KEY = {
+    SCHEDULER: "latest_scheduler_heartbeat",
+    DAG_PROCESSOR: "latest_dag_processor_heartbeat",
+    TRIGGERER: "latest_triggerer_heartbeat",
+}
 
 
 class AirflowError(RuntimeError):
@@ -84,9 +91,16 @@ def _secrets(settings: Settings) -> dict[str, str]:
     if not path.exists():
         from cryptography.fernet import Fernet
 
-        credentials.write_private(path, json.dumps({
-            "fernet_key": Fernet.generate_key().decode(), "jwt_secret": secrets.token_urlsafe(32),
-            "secret_key": secrets.token_urlsafe(32)}))
+        credentials.write_private(
+            path,
+            json.dumps(
+                {
+                    "fernet_key": Fernet.generate_key().decode(),
+                    "jwt_secret": secrets.token_urlsafe(32),
+                    "secret_key": secrets.token_urlsafe(32),
+                }
+            ),
+        )
     return json.loads(path.read_text())
 
 
@@ -108,8 +122,7 @@ def env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(BATCH_RUNS_IN_FLIGHT),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__FERNET_KEY": keys["fernet_key"],
-        "AIRFLOW__CORE__AUTH_MANAGER":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow_user}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         # Tasks report to the Execution API of this deployment's API server (default: localhost:8080).
@@ -145,8 +158,10 @@ def _database(settings: Settings) -> dict[str, str]:
     """Where Airflow keeps its metadata: SQLite in its home, or the deployment's PostgreSQL."""
     if settings.airflow_database == "postgresql":
         # the same psycopg URL for Airflow's async engine, which would otherwise want asyncpg
-        return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url(settings),
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": postgres.url(settings)}
+        return {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url(settings),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": postgres.url(settings),
+        }
     return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home(settings) / 'airflow.db'}"}
 
 
@@ -169,8 +184,9 @@ def _prepare(settings: Settings) -> None:
     """Write the admin's login, start the metadata database if it is PostgreSQL, and migrate it (once per
     Airflow version and database)."""
     home = airflow_home(settings)
-    credentials.write_private(home / "passwords.json",
-                              json.dumps({settings.airflow_user: credentials.airflow_password(settings)}))
+    credentials.write_private(
+        home / "passwords.json", json.dumps({settings.airflow_user: credentials.airflow_password(settings)})
+    )
     if settings.airflow_database == "postgresql":
         postgres.start(settings)
         database = postgres.data(settings)
@@ -183,8 +199,14 @@ def _prepare(settings: Settings) -> None:
     settings.logs.mkdir(parents=True, exist_ok=True)
     log = processes.log_file(settings, "airflow-db-migrate")
     with open(log, "ab") as out:
-        done = subprocess.run(_airflow("db", "migrate"), stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **env(settings)}, cwd=home)
+        done = subprocess.run(
+            _airflow("db", "migrate"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env(settings)},
+            cwd=home,
+        )
     if done.returncode:
         raise processes.ServiceError(f"`airflow db migrate` failed (exit {done.returncode}){processes.log_tail(log)}")
     marker.write_text(wanted + "\n")
@@ -229,9 +251,13 @@ def start(settings: Settings, timeout: float = 120) -> None:
         # scheduler did not survive (sqlite3.IntegrityError on asset_active, a scheduler a minute old).
         _launch(settings, [n for n in SERVICES if n != SCHEDULER], since, deadline)
         client = AirflowClient(settings)
-        processes.wait_until(lambda: _parsed(client), max(deadline - time.monotonic(), 1),
-                             "Airflow's DAG parsing", log=processes.log_file(settings, DAG_PROCESSOR),
-                             alive=lambda: _running(settings, DAG_PROCESSOR))
+        processes.wait_until(
+            lambda: _parsed(client),
+            max(deadline - time.monotonic(), 1),
+            "Airflow's DAG parsing",
+            log=processes.log_file(settings, DAG_PROCESSOR),
+            alive=lambda: _running(settings, DAG_PROCESSOR),
+        )
         _launch(settings, [SCHEDULER], since, deadline)
         # the API server builds its Execution API, which each task calls first, on its first request
         # (2 s here): made now, not by the first task after a start
@@ -247,9 +273,13 @@ def _launch(settings: Settings, names: list[str], since: datetime, deadline: flo
         if not _running(settings, name):
             processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
     for name in reversed(names):
-        processes.wait_until(partial(_healthy, settings, name, since), max(deadline - time.monotonic(), 1),
-                             f"Airflow {name.removeprefix('airflow-')}", log=processes.log_file(settings, name),
-                             alive=partial(_running, settings, name))
+        processes.wait_until(
+            partial(_healthy, settings, name, since),
+            max(deadline - time.monotonic(), 1),
+            f"Airflow {name.removeprefix('airflow-')}",
+            log=processes.log_file(settings, name),
+            alive=partial(_running, settings, name),
+        )
 
 
 def _parsed(client: AirflowClient) -> bool:
@@ -314,8 +344,9 @@ class DagRun:
 
     @classmethod
     def of(cls, run: dict) -> DagRun:
-        return cls(run["dag_run_id"], run["run_type"], run["state"], _moment(run["logical_date"]),
-                   _moment(run["end_date"]))
+        return cls(
+            run["dag_run_id"], run["run_type"], run["state"], _moment(run["logical_date"]), _moment(run["end_date"])
+        )
 
 
 @dataclass(frozen=True)
@@ -331,8 +362,14 @@ class TaskRun:
 
     @classmethod
     def of(cls, task: dict) -> TaskRun:
-        return cls(task["task_id"], task["state"], task["map_index"], task["try_number"],
-                   _moment(task["start_date"]), _moment(task["end_date"]))
+        return cls(
+            task["task_id"],
+            task["state"],
+            task["map_index"],
+            task["try_number"],
+            _moment(task["start_date"]),
+            _moment(task["end_date"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -354,7 +391,8 @@ def _lost_the_lock(method: str, error: BaseException) -> bool:
     error": two writers in the API server, a pause and a task's start, can hold each other up until
     SQLite's 5 s timeout fails one)."""
     return isinstance(error, AirflowError) and (
-        error.status == 503 or (error.status == 500 and method in IDEMPOTENT and "Database error" in str(error)))
+        error.status == 503 or (error.status == 500 and method in IDEMPOTENT and "Database error" in str(error))
+    )
 
 
 class AirflowClient:
@@ -368,12 +406,17 @@ class AirflowClient:
 
     def login(self) -> str:
         """A fresh JWT from POST /auth/token."""
-        response = self._http.post(f"{self.url}/auth/token", timeout=30, json={
-            "username": self.settings.airflow_user, "password": credentials.airflow_password(self.settings)})
+        response = self._http.post(
+            f"{self.url}/auth/token",
+            timeout=30,
+            json={"username": self.settings.airflow_user, "password": credentials.airflow_password(self.settings)},
+        )
         if response.status_code != 201:
-            raise AirflowError(f"login as {self.settings.airflow_user!r} at {self.url} failed "
-                               f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up, and does its "
-                               f"password match {credentials.airflow_password_location(self.settings)}?")
+            raise AirflowError(
+                f"login as {self.settings.airflow_user!r} at {self.url} failed "
+                f"(HTTP {response.status_code}: {response.text[:200]}); is Airflow up, and does its "
+                f"password match {credentials.airflow_password_location(self.settings)}?"
+            )
         self._token = response.json()["access_token"]
         return self._token
 
@@ -381,21 +424,28 @@ class AirflowClient:
         """Call ``/api/v2<path>`` and return its JSON; log in again once if the token expired. A call that
         lost SQLite's lock to another writer (:func:`_lost_the_lock`) is made again, a few times, a
         second or two apart."""
-        again = tenacity.Retrying(retry=tenacity.retry_if_exception(partial(_lost_the_lock, method)),
-                                  stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_random(1, 3), reraise=True)
+        again = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(partial(_lost_the_lock, method)),
+            stop=tenacity.stop_after_attempt(5),
+            wait=tenacity.wait_random(1, 3),
+            reraise=True,
+        )
         return again(self._request, method, path, **kwargs)
 
     def _request(self, method: str, path: str, **kwargs) -> dict:
         for attempt in (1, 2):
             token = self._token or self.login()
-            response = self._http.request(method, f"{self.url}/api/v2{path}", timeout=30,
-                                          headers={"Authorization": f"Bearer {token}"}, **kwargs)
+            response = self._http.request(
+                method, f"{self.url}/api/v2{path}", timeout=30, headers={"Authorization": f"Bearer {token}"}, **kwargs
+            )
             if response.status_code != 401 or attempt == 2:
                 break
             self._token = None
         if not response.ok:
-            raise AirflowError(f"{method} /api/v2{path} failed: HTTP {response.status_code}: {response.text[:500]}",
-                               status=response.status_code)
+            raise AirflowError(
+                f"{method} /api/v2{path} failed: HTTP {response.status_code}: {response.text[:500]}",
+                status=response.status_code,
+            )
         return response.json() if response.content else {}
 
     def set_connection(self, conn_id: str, conn_type: str, host: str, port: int) -> None:
@@ -426,20 +476,35 @@ class AirflowClient:
         Airflow infers a manual run's data interval as the last complete period before ``logical_date``:
         for the daily batch_recompute, ``logical_date`` = midnight D recomputes day D-1.
         """
-        run = self.request("POST", f"/dags/{dag_id}/dagRuns",
-                           json={"logical_date": _iso(logical_date), "conf": conf or {}})
+        run = self.request(
+            "POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": _iso(logical_date), "conf": conf or {}}
+        )
         return DagRun.of(run).run_id
 
-    def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime,
-                        max_active_runs: int = BATCH_RUNS_IN_FLIGHT, reprocess_behavior: str = "none") -> int:
+    def create_backfill(
+        self,
+        dag_id: str,
+        from_date: datetime,
+        to_date: datetime,
+        max_active_runs: int = BATCH_RUNS_IN_FLIGHT,
+        reprocess_behavior: str = "none",
+    ) -> int:
         """Backfill the runs whose logical date is in [from_date, to_date] (for a daily data-interval
         timetable: the days starting then) and whose interval has ended; the DAG must be unpaused to run.
         Several runs are in flight at once, sharing the batch engine (the DAG's own max_active_runs caps them).
         ``reprocess_behavior`` "completed" reruns days that already ran ("none": only missing days).
         Returns the backfill's id."""
-        return self.request("POST", "/backfills", json={
-            "dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
-            "max_active_runs": max_active_runs, "reprocess_behavior": reprocess_behavior})["id"]
+        return self.request(
+            "POST",
+            "/backfills",
+            json={
+                "dag_id": dag_id,
+                "from_date": _iso(from_date),
+                "to_date": _iso(to_date),
+                "max_active_runs": max_active_runs,
+                "reprocess_behavior": reprocess_behavior,
+            },
+        )["id"]
 
     def dag(self, dag_id: str) -> Dag | None:
         """``dag_id`` as the dag-processor last parsed it (None if it has not)."""
@@ -454,16 +519,19 @@ class AirflowClient:
         """All runs of ``dag_id``, oldest first."""
         runs: list[DagRun] = []
         while True:
-            page = self.request("GET", f"/dags/{dag_id}/dagRuns",
-                                params={"order_by": "run_after", "limit": 100, "offset": len(runs)})
+            page = self.request(
+                "GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after", "limit": 100, "offset": len(runs)}
+            )
             runs += map(DagRun.of, page["dag_runs"])
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
                 return runs
 
     def task_runs(self, dag_id: str, run_id: str) -> list[TaskRun]:
         """The task instances of run ``run_id`` of ``dag_id``."""
-        return [TaskRun.of(task) for task in
-                self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]]
+        return [
+            TaskRun.of(task)
+            for task in self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        ]
 
     def wait_for_runs(self, dag_id: str, runs: int | Iterable[str], timeout: float = 600) -> dict[str, str]:
         """Wait until the given run ids (or, given a count, at least that many runs) have all finished.
@@ -483,9 +551,15 @@ class AirflowClient:
             enough = len(now) >= runs if isinstance(runs, int) else set(now) == wanted
             return now if enough and all(state == "success" for state in now.values()) else None
 
-        return processes.poll(finished, timeout, 2, lambda: AirflowError(
-            f"{dag_id}: runs not finished after {timeout:.0f}s: {states() or 'no runs'} "
-            f"(is the DAG unpaused and the scheduler healthy? see {self.url})"))
+        return processes.poll(
+            finished,
+            timeout,
+            2,
+            lambda: AirflowError(
+                f"{dag_id}: runs not finished after {timeout:.0f}s: {states() or 'no runs'} "
+                f"(is the DAG unpaused and the scheduler healthy? see {self.url})"
+            ),
+        )
 
     def _failure(self, dag_id: str, run_id: str) -> str:
         """Which task of a failed run failed, with its exception (or its log's last lines) and log file."""
@@ -495,33 +569,44 @@ class AirflowClient:
             return f"{dag_id} run {run_id} failed (no task failed: {[(t.task_id, t.state) for t in tasks]})"
         task = failed[0]
         mapped = f"map_index={task.map_index}/" if task.map_index >= 0 else ""
-        log = (task_logs(self.settings) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task.task_id}"
-               / f"{mapped}attempt={task.try_number}.log")
+        log = (
+            task_logs(self.settings)
+            / f"dag_id={dag_id}"
+            / f"run_id={run_id}"
+            / f"task_id={task.task_id}"
+            / f"{mapped}attempt={task.try_number}.log"
+        )
         where = f"{dag_id} run {run_id} failed in task {task.task_id} (attempt {task.try_number})"
         errors = _errors(log)
         return f"{where}: {errors}; log: {log}" if errors else f"{where}; log: {log}{processes.log_tail(log)}"
 
     def import_errors(self) -> list[ParseError]:
-        return [ParseError(e["filename"], e["stack_trace"])
-                for e in self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]]
+        return [
+            ParseError(e["filename"], e["stack_trace"])
+            for e in self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]
+        ]
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> Dag:
         """Wait until the dag-processor has parsed ``dag_id`` without import errors; return the DAG."""
+
         def parsed() -> Dag | None:
             dag = self.dag(dag_id)
-            errors = [e for e in self.import_errors()
-                      if Path(e.filename).name == Path(dag.fileloc if dag else f"{dag_id}.py").name]
+            errors = [
+                e
+                for e in self.import_errors()
+                if Path(e.filename).name == Path(dag.fileloc if dag else f"{dag_id}.py").name
+            ]
             if errors:
-                raise AirflowError(f"DAG {dag_id} has import errors in {errors[0].filename}:\n"
-                                   f"{errors[0].stack_trace}")
+                raise AirflowError(f"DAG {dag_id} has import errors in {errors[0].filename}:\n{errors[0].stack_trace}")
             return dag if dag is not None and not dag.has_import_errors else None
 
         def not_parsed() -> AirflowError:
-            others = "; ".join(f"{e.filename}: {e.stack_trace.strip().splitlines()[-1]}"
-                               for e in self.import_errors())
-            return AirflowError(f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
-                                f" (import errors: {others or 'none'}; see "
-                                f"{processes.log_file(self.settings, DAG_PROCESSOR)})")
+            others = "; ".join(f"{e.filename}: {e.stack_trace.strip().splitlines()[-1]}" for e in self.import_errors())
+            return AirflowError(
+                f"DAG {dag_id} not parsed after {timeout:.0f}s from {REPO / 'dags'}"
+                f" (import errors: {others or 'none'}; see "
+                f"{processes.log_file(self.settings, DAG_PROCESSOR)})"
+            )
 
         return processes.poll(parsed, timeout, 1, not_parsed)
 

@@ -49,13 +49,25 @@ def command(settings: Settings) -> list[str]:
     pools.parent.mkdir(parents=True, exist_ok=True)
     pools.write_text(POOLS)
     master = settings.spark_master_url
-    conf = {**sparks.conf(settings, master, engine=True), "spark.app.name": "lambdalake-batch-engine",
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
-            "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(pools)}
+    conf = {
+        **sparks.conf(settings, master, engine=True),
+        "spark.app.name": "lambdalake-batch-engine",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(settings.batch_engine_port),
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(pools),
+    }
     public, submit = sparks.launch(settings, conf, NAME)
-    return [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--class", SERVER, *submit,
-            *(arg for key, value in public.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        master,
+        "--class",
+        SERVER,
+        *submit,
+        *(arg for key, value in public.items() for arg in ("--conf", f"{key}={value}")),
+        "spark-internal",
+    ]
 
 
 def healthy(settings: Settings) -> bool:
@@ -71,10 +83,16 @@ def start(settings: Settings, timeout: float = 120) -> None:
         processes.require_free(settings.batch_engine_port, "batch engine")
         from infra.spark_cluster import spark_home
 
-        processes.start(settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home()), **MALLOC},
-                        cwd=settings.home)
-    processes.wait_until(lambda: healthy(settings), timeout, "batch engine", log=processes.log_file(settings, NAME),
-                         alive=lambda: processes.running_pid(settings, NAME) is not None)
+        processes.start(
+            settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home()), **MALLOC}, cwd=settings.home
+        )
+    processes.wait_until(
+        lambda: healthy(settings),
+        timeout,
+        "batch engine",
+        log=processes.log_file(settings, NAME),
+        alive=lambda: processes.running_pid(settings, NAME) is not None,
+    )
     if started and _warms_up(settings):
         warm_up(settings)
 
@@ -97,8 +115,10 @@ def warm_up(settings: Settings) -> None:
     job.start()
     job.join()
     if job.exitcode:
-        raise RuntimeError(f"the batch engine failed its warm-up job (exit code {job.exitcode}): see "
-                           f"{processes.log_file(settings, NAME)}")
+        raise RuntimeError(
+            f"the batch engine failed its warm-up job (exit code {job.exitcode}): see "
+            f"{processes.log_file(settings, NAME)}"
+        )
 
 
 #: The day the rehearsal generates and recomputes, and its events.
@@ -121,10 +141,12 @@ def _rehearsal(settings: Settings) -> None:
     try:
         with sparks.engine(settings) as spark:
             ensure_tables(spark, scratch)
-            parsed = events.parse(events.kafka_frame(spark, records), source, scratch.max_payload_bytes,
-                                  scratch.future_horizon_seconds)
+            parsed = events.parse(
+                events.kafka_frame(spark, records), source, scratch.max_payload_bytes, scratch.future_horizon_seconds
+            )
             events.landed(parsed, source).write.format("delta").mode("append").partitionBy(
-                *tables.RAW_EVENTS.partition_by).save(tables.RAW_EVENTS.path(scratch))
+                *tables.RAW_EVENTS.partition_by
+            ).save(tables.RAW_EVENTS.path(scratch))
             recompute_day(spark, scratch, REHEARSED_DAY, end)
     finally:
         shutil.rmtree(scratch.home, ignore_errors=True)
@@ -145,9 +167,13 @@ with spark.engine(deployment) as session:
 def day_task(settings: Settings, start: datetime) -> subprocess.Popen:
     """A process doing on the engine what the batch_recompute task does for the day from ``start``, as
     a task does it: in a process of its own (its stderr piped: an error's last line is its message)."""
-    return subprocess.Popen([sys.executable, "-c", _DAY_TASK, start.isoformat()], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)})
+    return subprocess.Popen(
+        [sys.executable, "-c", _DAY_TASK, start.isoformat()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+    )
 
 
 def stop(settings: Settings) -> bool:
@@ -159,6 +185,7 @@ def stop(settings: Settings) -> bool:
 class Engine(processes.Service):
     """The engine as ``status`` reports it: a service, the Spark master it runs on, and its resident
     memory (MB; None when it does not run)."""
+
     master: str = ""
     rss_mb: int | None = None
 
@@ -170,8 +197,9 @@ def status(settings: Settings) -> Engine:
         memory = round(psutil.Process(pid).memory_info().rss / 2**20) if pid else None
     except psutil.NoSuchProcess:
         memory = None
-    return Engine(pid, pid is not None and healthy(settings), settings.batch_engine_url, settings.spark_master_url,
-                  memory)
+    return Engine(
+        pid, pid is not None and healthy(settings), settings.batch_engine_url, settings.spark_master_url, memory
+    )
 
 
 def watch(settings: Settings) -> str:

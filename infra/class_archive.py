@@ -19,8 +19,11 @@ def main() -> int:
     partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="lambdalake-classes-") as home:
         settings = config.load(home).with_overrides(
-            spark_conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off "
-                                                         f"-Xlog:cds+dynamic=off {sparks.JVM_OPTIONS}"})
+            spark_conf={
+                "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off "
+                f"-Xlog:cds+dynamic=off {sparks.JVM_OPTIONS}"
+            }
+        )
         spark = sparks.session(settings, "lambdalake-class-archive")
         table = str(Path(home) / "table")
         spark.range(1000).selectExpr("id", "id % 7 AS key").write.format("delta").save(table)

@@ -47,8 +47,9 @@ def engine(settings: Settings) -> AbstractContextManager:
     try:
         connection = Connection.get(ENGINE_CONNECTION)
     except AirflowNotFoundException:
-        raise sparks.EngineError(f"no Airflow Connection {ENGINE_CONNECTION!r} (the batch engine's address): "
-                                 f"run `lambdalake up`") from None
+        raise sparks.EngineError(
+            f"no Airflow Connection {ENGINE_CONNECTION!r} (the batch engine's address): run `lambdalake up`"
+        ) from None
     return sparks.engine(settings, f"sc://{connection.host}:{connection.port}")
 
 
@@ -58,8 +59,9 @@ def table(settings: Settings, table: tables.Table) -> Asset:
     setting would be inactive Assets until the scheduler next retired the old ones, and a task writing
     them would fail meanwhile, without retries."""
     location = table.path(settings)
-    return Asset(location if storage.local_path(location) is None else f"file://{storage.local_path(location)}",
-                 group="delta")
+    return Asset(
+        location if storage.local_path(location) is None else f"file://{storage.local_path(location)}", group="delta"
+    )
 
 
 def batch_tables(settings: Settings) -> list[Asset]:
@@ -71,6 +73,8 @@ def batch_tables(settings: Settings) -> list[Asset]:
 
 def quality_docs(settings: Settings) -> str:
     """Markdown for a DAG's docs: where the Great Expectations Data Docs of its checks are."""
-    return (f"\n\n**Data quality.** Each recompute checks raw_events and every view with Great Expectations "
-            f"suites before writing; a critical failure fails the task and leaves the days as they were. "
-            f"Data Docs: `{settings.data_docs}`; results: `lambdalake query \"SELECT * FROM quality_results\"`.")
+    return (
+        f"\n\n**Data quality.** Each recompute checks raw_events and every view with Great Expectations "
+        f"suites before writing; a critical failure fails the task and leaves the days as they were. "
+        f'Data Docs: `{settings.data_docs}`; results: `lambdalake query "SELECT * FROM quality_results"`.'
+    )

@@ -33,8 +33,12 @@ def retried(commit: Callable[[], R]) -> R:
     """Run ``commit`` (an idempotent write: a ``replaceWhere`` of some days, an upsert) again while it
     loses a race with a concurrent commit to the same table; a backfill's runs in flight write the same
     tables, each its own days, and Delta's optimistic concurrency lets one of two win."""
-    return tenacity.Retrying(retry=tenacity.retry_if_exception(_conflicted), stop=tenacity.stop_after_attempt(8),
-                             wait=tenacity.wait_random(0.1, 1.0), reraise=True)(commit)
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_conflicted),
+        stop=tenacity.stop_after_attempt(8),
+        wait=tenacity.wait_random(0.1, 1.0),
+        reraise=True,
+    )(commit)
 
 
 #: Delta's interval units, largest first (a table property reads ``interval 7 days``).
@@ -50,20 +54,27 @@ def _interval(seconds: float) -> str:
 
 def retention_properties(settings: Settings) -> dict[str, str]:
     """The table properties that hold the settings' retentions: of removed files and of the log."""
-    return {"delta.deletedFileRetentionDuration": _interval(settings.vacuum_retention_hours * 3_600),
-            "delta.logRetentionDuration": _interval(settings.delta_log_retention_days * 86_400)}
+    return {
+        "delta.deletedFileRetentionDuration": _interval(settings.vacuum_retention_hours * 3_600),
+        "delta.logRetentionDuration": _interval(settings.delta_log_retention_days * 86_400),
+    }
 
 
-def ensure(path: str, schema: T.StructType | pa.Schema, partition_by: tuple[str, ...] = (),
-           properties: dict[str, str] | None = None) -> None:
+def ensure(
+    path: str,
+    schema: T.StructType | pa.Schema,
+    partition_by: tuple[str, ...] = (),
+    properties: dict[str, str] | None = None,
+) -> None:
     """Create an empty Delta table at ``path`` if there is none (with delta-rs: no Spark job; a Spark
     schema's columns all nullable, as Spark's writer makes them), with table ``properties`` (set on a
     table that lacks them, too)."""
     if not exists(path):
         if isinstance(schema, T.StructType):
             schema = pa.schema([field.with_nullable(True) for field in to_arrow_schema(schema)])
-        deltalake.DeltaTable.create(path, schema, mode="ignore", partition_by=list(partition_by) or None,
-                                    configuration=properties)
+        deltalake.DeltaTable.create(
+            path, schema, mode="ignore", partition_by=list(partition_by) or None, configuration=properties
+        )
     if properties:
         table = deltalake.DeltaTable(path)
         if any(table.metadata().configuration.get(k) != v for k, v in properties.items()):
@@ -110,14 +121,26 @@ class BatchAppends:
 
         def commit() -> None:
             if not isinstance(rows, pa.Table):
-                (rows.write.format("delta").mode("append").partitionBy(*partition_by).option("userMetadata", mark)
-                 .option("mergeSchema", "true").option("optimizeWrite", "false").save(path))
+                (
+                    rows.write.format("delta")
+                    .mode("append")
+                    .partitionBy(*partition_by)
+                    .option("userMetadata", mark)
+                    .option("mergeSchema", "true")
+                    .option("optimizeWrite", "false")
+                    .save(path)
+                )
                 return
             table = self.opened.get(path)
             try:
-                deltalake.write_deltalake(table or path, rows, mode="append", partition_by=list(partition_by) or None,
-                                          schema_mode="merge", commit_properties=deltalake.CommitProperties(
-                                              custom_metadata={"userMetadata": mark}))
+                deltalake.write_deltalake(
+                    table or path,
+                    rows,
+                    mode="append",
+                    partition_by=list(partition_by) or None,
+                    schema_mode="merge",
+                    commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": mark}),
+                )
             except deltalake.exceptions.CommitFailedError:
                 if table is not None:
                     table.update_incremental()  # the next attempt reads the log from the version that won
@@ -152,6 +175,7 @@ def replace(rows: pa.Table, path: str, where: str) -> None:
     (made with ``rows``' schema if there is no table); retried on a lost race (:func:`retried`).
     delta-rs: a batch day's aggregate rows, already in the driver, commit in hundredths of a second
     where Spark's Delta writer takes seconds."""
+
     def commit() -> None:
         if exists(path):
             deltalake.write_deltalake(path, rows, mode="overwrite", predicate=where)
@@ -165,12 +189,17 @@ def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
     """Insert or replace the rows of ``rows`` matched on ``keys`` (made with ``rows``' schema if there is
     no table); rerunning is harmless, and so is a concurrent upsert (:func:`retried`). delta-rs: a
     small table's merge takes no Spark job."""
+
     def merge() -> None:
         table = opened(path)
         if table is None:
             deltalake.write_deltalake(path, rows, mode="append")  # a concurrent first write: a race, retried
             return
-        (table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
-         .when_matched_update_all().when_not_matched_insert_all().execute())
+        (
+            table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
 
     retried(merge)

@@ -60,8 +60,10 @@ def nodes(settings: Settings) -> list[Node]:
     ``kafka-N`` (each in a folder of that name inside it)."""
     if settings.kafka_brokers == 1:
         return [Node(1, NAME, settings.kafka_port, settings.kafka_controller_port, _dir(settings))]
-    return [Node(i, f"{NAME}-{i}", port, controller, _dir(settings) / f"{NAME}-{i}")
-            for i, (port, controller) in enumerate(settings.kafka_ports, 1)]
+    return [
+        Node(i, f"{NAME}-{i}", port, controller, _dir(settings) / f"{NAME}-{i}")
+        for i, (port, controller) in enumerate(settings.kafka_ports, 1)
+    ]
 
 
 def replication(settings: Settings) -> tuple[int, int]:
@@ -72,34 +74,43 @@ def replication(settings: Settings) -> tuple[int, int]:
 
 def _server_properties(settings: Settings, node: Node) -> str:
     factor, min_isr = replication(settings)
-    return "\n".join([
-        "process.roles=broker,controller",
-        f"node.id={node.id}",
-        "controller.quorum.bootstrap.servers=" + ",".join(f"{HOST}:{n.controller_port}" for n in nodes(settings)),
-        f"listeners=PLAINTEXT://{node.address},CONTROLLER://{HOST}:{node.controller_port}",
-        f"advertised.listeners=PLAINTEXT://{node.address}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        f"log.dirs={node.dir / 'data'}",
-        f"num.partitions={settings.topic_partitions}",
-        f"default.replication.factor={factor}",
-        f"min.insync.replicas={min_isr}",
-        f"offsets.topic.replication.factor={factor}",
-        f"transaction.state.log.replication.factor={factor}",
-        f"transaction.state.log.min.isr={min_isr}",
-        f"share.coordinator.state.topic.replication.factor={factor}",
-        f"share.coordinator.state.topic.min.isr={min_isr}",
-        "group.initial.rebalance.delay.ms=0",
-        "auto.create.topics.enable=false",
-        "log.retention.hours=168",
-        "",
-    ])
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            f"node.id={node.id}",
+            "controller.quorum.bootstrap.servers=" + ",".join(f"{HOST}:{n.controller_port}" for n in nodes(settings)),
+            f"listeners=PLAINTEXT://{node.address},CONTROLLER://{HOST}:{node.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{node.address}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={node.dir / 'data'}",
+            f"num.partitions={settings.topic_partitions}",
+            f"default.replication.factor={factor}",
+            f"min.insync.replicas={min_isr}",
+            f"offsets.topic.replication.factor={factor}",
+            f"transaction.state.log.replication.factor={factor}",
+            f"transaction.state.log.min.isr={min_isr}",
+            f"share.coordinator.state.topic.replication.factor={factor}",
+            f"share.coordinator.state.topic.min.isr={min_isr}",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "log.retention.hours=168",
+            "",
+        ]
+    )
 
 
 def _java(settings: Settings, main: str, *args: str, heap: str = "256m") -> list[str]:
-    return ["java", f"-Xmx{heap}", "-cp", str(JAR_CACHE / "kafka" / "*"),
-            f"-Dlog4j2.configurationFile={_dir(settings) / 'log4j2.properties'}", main, *args]
+    return [
+        "java",
+        f"-Xmx{heap}",
+        "-cp",
+        str(JAR_CACHE / "kafka" / "*"),
+        f"-Dlog4j2.configurationFile={_dir(settings) / 'log4j2.properties'}",
+        main,
+        *args,
+    ]
 
 
 def version() -> str:
@@ -128,15 +139,30 @@ def _format_storage(settings: Settings) -> None:
     if len(formatted) == len(all_nodes):
         return
     if formatted:
-        raise processes.ServiceError(f"Kafka's storage is formatted for {', '.join(formatted)} but not for the "
-                                     f"other brokers of kafka_brokers={settings.kafka_brokers}; move "
-                                     f"{_dir(settings)} away to start an empty cluster")
+        raise processes.ServiceError(
+            f"Kafka's storage is formatted for {', '.join(formatted)} but not for the "
+            f"other brokers of kafka_brokers={settings.kafka_brokers}; move "
+            f"{_dir(settings)} away to start an empty cluster"
+        )
     cluster_id = _uuid()
     controllers = ",".join(f"{n.id}@{HOST}:{n.controller_port}:{_uuid()}" for n in all_nodes)
     for node in all_nodes:
-        subprocess.run(_java(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                             "-c", str(node.dir / "server.properties"), "--initial-controllers", controllers),
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            _java(
+                settings,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(node.dir / "server.properties"),
+                "--initial-controllers",
+                controllers,
+            ),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
 
 def healthy(settings: Settings, node: Node) -> bool:
@@ -151,8 +177,10 @@ def healthy(settings: Settings, node: Node) -> bool:
     except (KafkaError, OSError, ValueError):
         return False
     try:
-        return any(broker["broker_id"] == node.id and not broker.get("is_fenced")
-                   for broker in admin.describe_cluster()["brokers"])
+        return any(
+            broker["broker_id"] == node.id and not broker.get("is_fenced")
+            for broker in admin.describe_cluster()["brokers"]
+        )
     except (KafkaError, OSError):
         return False
     finally:
@@ -162,6 +190,7 @@ def healthy(settings: Settings, node: Node) -> bool:
 @dataclass(frozen=True)
 class Broker:
     """A broker as ``status`` reports it."""
+
     node: int
     pid: int | None
     address: str
@@ -171,6 +200,7 @@ class Broker:
 @dataclass(frozen=True)
 class Cluster:
     """The brokers, where clients bootstrap from, and whether every broker is healthy."""
+
     address: str
     brokers: list[Broker]
     healthy: bool = field(init=False)
@@ -181,8 +211,13 @@ class Cluster:
 
 def status(settings: Settings) -> Cluster:
     """Each broker's process, address and health."""
-    return Cluster(settings.kafka_bootstrap, [Broker(node.id, processes.running_pid(settings, node.name), node.address,
-                                                    healthy(settings, node)) for node in nodes(settings)])
+    return Cluster(
+        settings.kafka_bootstrap,
+        [
+            Broker(node.id, processes.running_pid(settings, node.name), node.address, healthy(settings, node))
+            for node in nodes(settings)
+        ],
+    )
 
 
 def start(settings: Settings, timeout: float = 90) -> None:
@@ -194,12 +229,17 @@ def start(settings: Settings, timeout: float = 90) -> None:
     if stopped:
         _format_storage(settings)
     for node in stopped:
-        processes.start(settings, node.name, _java(settings, "kafka.Kafka", str(node.dir / "server.properties"),
-                                                   heap="768m"))
+        processes.start(
+            settings, node.name, _java(settings, "kafka.Kafka", str(node.dir / "server.properties"), heap="768m")
+        )
     for node in nodes(settings):
-        processes.wait_until(partial(healthy, settings, node), timeout, f"Kafka broker {node.name}",
-                             log=processes.log_file(settings, node.name),
-                             alive=partial(_running, settings, node.name))
+        processes.wait_until(
+            partial(healthy, settings, node),
+            timeout,
+            f"Kafka broker {node.name}",
+            log=processes.log_file(settings, node.name),
+            alive=partial(_running, settings, node.name),
+        )
     ensure_topics(settings)
 
 
@@ -227,8 +267,10 @@ def ensure_topics(settings: Settings) -> None:
         existing = set(admin.list_topics())
         wanted = [
             NewTopic(settings.topic, settings.topic_partitions, factor),
-            *(NewTopic(settings.topic_of(d.topic), 1, factor, topic_configs={"cleanup.policy": "compact"})
-              for d in settings.dimensions),
+            *(
+                NewTopic(settings.topic_of(d.topic), 1, factor, topic_configs={"cleanup.policy": "compact"})
+                for d in settings.dimensions
+            ),
         ]
         missing = [t for t in wanted if t.name not in existing]
         if missing:
@@ -270,10 +312,12 @@ class Offsets:
         from kafka import KafkaConsumer, TopicPartition
 
         if self._consumer is None:
-            self._consumer = KafkaConsumer(bootstrap_servers=self._settings.kafka_bootstrap,
-                                           request_timeout_ms=self._timeout_ms + 1000)
-        partitions = [TopicPartition(self._topic, p)
-                      for p in sorted(self._consumer.partitions_for_topic(self._topic) or ())]
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=self._settings.kafka_bootstrap, request_timeout_ms=self._timeout_ms + 1000
+            )
+        partitions = [
+            TopicPartition(self._topic, p) for p in sorted(self._consumer.partitions_for_topic(self._topic) or ())
+        ]
         offsets = self._consumer.beginning_offsets if oldest else self._consumer.end_offsets
         found = offsets(partitions, self._timeout_ms)
         return {str(tp.partition): offset for tp, offset in found.items()}

@@ -41,18 +41,30 @@ class LocalS3:
 
     def spark_conf(self) -> dict[str, str]:
         """Spark settings that send every ``s3a://`` path here (path-style, plain HTTP, these keys)."""
-        return {f"spark.hadoop.fs.s3a.{key}": value for key, value in {
-            "endpoint": self.endpoint, "endpoint.region": REGION, "path.style.access": "true",
-            "connection.ssl.enabled": "false", "access.key": self.access_key, "secret.key": self.secret_key,
-            "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-        }.items()}
+        return {
+            f"spark.hadoop.fs.s3a.{key}": value
+            for key, value in {
+                "endpoint": self.endpoint,
+                "endpoint.region": REGION,
+                "path.style.access": "true",
+                "connection.ssl.enabled": "false",
+                "access.key": self.access_key,
+                "secret.key": self.secret_key,
+                "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            }.items()
+        }
 
     def environment(self) -> dict[str, str]:
         """The AWS variables by which delta-rs and s3fs find this store. (delta-rs commits with S3's
         conditional writes, ``If-None-Match``, which S3Proxy honours too: no lock is needed.)"""
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_ALLOW_HTTP": "true",
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def start(self, settings: Settings, timeout: float = 60) -> None:
         """Start S3Proxy (no-op if it runs), its objects kept in ``<home>/s3proxy/objects``."""
@@ -60,20 +72,46 @@ class LocalS3:
             processes.require_free(self.port, "S3Proxy")
             home = settings.home / NAME
             (home / "objects").mkdir(parents=True, exist_ok=True)
-            credentials.write_private(home / "s3proxy.properties", "\n".join([
-                f"s3proxy.endpoint={self.endpoint}", "s3proxy.authorization=aws-v2-or-v4",
-                f"s3proxy.identity={self.access_key}", f"s3proxy.credential={self.secret_key}",
-                # jclouds' filesystem provider (deprecated for filesystem-nio2, which answers Hadoop's
-                # directory markers wrongly: s3a cannot create a Delta log there)
-                "jclouds.provider=filesystem", f"jclouds.filesystem.basedir={home / 'objects'}",
-                "jclouds.identity=local", "jclouds.credential=local", ""]))
+            credentials.write_private(
+                home / "s3proxy.properties",
+                "\n".join(
+                    [
+                        f"s3proxy.endpoint={self.endpoint}",
+                        "s3proxy.authorization=aws-v2-or-v4",
+                        f"s3proxy.identity={self.access_key}",
+                        f"s3proxy.credential={self.secret_key}",
+                        # jclouds' filesystem provider (deprecated for filesystem-nio2, which answers Hadoop's
+                        # directory markers wrongly: s3a cannot create a Delta log there)
+                        "jclouds.provider=filesystem",
+                        f"jclouds.filesystem.basedir={home / 'objects'}",
+                        "jclouds.identity=local",
+                        "jclouds.credential=local",
+                        "",
+                    ]
+                ),
+            )
             (home / "logback.xml").write_text(_LOGBACK)
-            processes.start(settings, NAME, [
-                "java", "-Xmx256m", f"-Dlogback.configurationFile={home / 'logback.xml'}",
-                "-cp", str(JAR_CACHE / NAME / "*"), "org.gaul.s3proxy.Main",
-                "--properties", str(home / "s3proxy.properties")])
-        processes.wait_until(self._answers, timeout, "S3Proxy", log=processes.log_file(settings, NAME),
-                             alive=lambda: processes.running_pid(settings, NAME) is not None)
+            processes.start(
+                settings,
+                NAME,
+                [
+                    "java",
+                    "-Xmx256m",
+                    f"-Dlogback.configurationFile={home / 'logback.xml'}",
+                    "-cp",
+                    str(JAR_CACHE / NAME / "*"),
+                    "org.gaul.s3proxy.Main",
+                    "--properties",
+                    str(home / "s3proxy.properties"),
+                ],
+            )
+        processes.wait_until(
+            self._answers,
+            timeout,
+            "S3Proxy",
+            log=processes.log_file(settings, NAME),
+            alive=lambda: processes.running_pid(settings, NAME) is not None,
+        )
 
     def _answers(self) -> bool:
         try:
@@ -84,8 +122,12 @@ class LocalS3:
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` (if missing); its ``s3a://`` URI."""
-        store = s3fs.S3FileSystem(key=self.access_key, secret=self.secret_key, endpoint_url=self.endpoint,
-                                  client_kwargs={"region_name": REGION})
+        store = s3fs.S3FileSystem(
+            key=self.access_key,
+            secret=self.secret_key,
+            endpoint_url=self.endpoint,
+            client_kwargs={"region_name": REGION},
+        )
         with contextlib.suppress(FileExistsError):  # made before
             store.call_s3("create_bucket", Bucket=name)
         return f"s3a://{name}"

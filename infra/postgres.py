@@ -49,8 +49,7 @@ def _password(settings: Settings) -> str:
 
 def url(settings: Settings) -> str:
     """Airflow's SQLAlchemy URL of the database (psycopg 3, which serves its sync and async engines alike)."""
-    return (f"postgresql+psycopg://{ROLE}:{_password(settings)}@127.0.0.1:{settings.airflow_database_port}"
-            f"/{DATABASE}")
+    return f"postgresql+psycopg://{ROLE}:{_password(settings)}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}"
 
 
 def _program(settings: Settings, name: str) -> str:
@@ -58,12 +57,16 @@ def _program(settings: Settings, name: str) -> str:
     of the newest that Debian's packages installed for a cluster still to make."""
     made = data(settings) / "PG_VERSION"
     major = made.read_text().strip() if made.exists() else None
-    found = sorted((p for p in DEBIAN_PROGRAMS.glob(f"*/bin/{name}") if p.parts[-3].isdigit()
-                    and major in (None, p.parts[-3])), key=lambda p: int(p.parts[-3]))
+    found = sorted(
+        (p for p in DEBIAN_PROGRAMS.glob(f"*/bin/{name}") if p.parts[-3].isdigit() and major in (None, p.parts[-3])),
+        key=lambda p: int(p.parts[-3]),
+    )
     if not found:
         wanted = f"postgresql-{major}, which made {data(settings)}" if major else "postgresql (`make setup` does)"
-        raise processes.ServiceError(f"PostgreSQL's {name} is not in {DEBIAN_PROGRAMS}/{major or '<version>'}/bin: "
-                                     f"install Debian's {wanted}, or set airflow_database to \"sqlite\"")
+        raise processes.ServiceError(
+            f"PostgreSQL's {name} is not in {DEBIAN_PROGRAMS}/{major or '<version>'}/bin: "
+            f'install Debian\'s {wanted}, or set airflow_database to "sqlite"'
+        )
     return str(found[-1])
 
 
@@ -75,8 +78,10 @@ def _owner() -> dict:
     try:
         user = pwd.getpwnam("postgres")
     except KeyError:
-        raise processes.ServiceError("PostgreSQL refuses to run as root, and there is no `postgres` user to run "
-                                     "it as: install Debian's postgresql (`make setup` does)") from None
+        raise processes.ServiceError(
+            "PostgreSQL refuses to run as root, and there is no `postgres` user to run "
+            "it as: install Debian's postgresql (`make setup` does)"
+        ) from None
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
@@ -85,8 +90,14 @@ def _run(settings: Settings, owner: dict, program: str, *args: str) -> None:
     log = processes.log_file(settings, NAME)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        done = subprocess.run([_program(settings, program), *args], stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, cwd=_folder(settings), **owner)
+        done = subprocess.run(
+            [_program(settings, program), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=_folder(settings),
+            **owner,
+        )
     if done.returncode:
         raise processes.ServiceError(f"PostgreSQL's {program} failed (exit {done.returncode}){processes.log_tail(log)}")
 
@@ -98,23 +109,42 @@ def _initdb(settings: Settings, owner: dict) -> None:
     if owner:
         os.chown(folder, owner["user"], owner["group"])
         if subprocess.run(["test", "-x", str(folder)], **owner).returncode:
-            raise processes.ServiceError(f"PostgreSQL refuses to run as root, and the postgres user it runs as "
-                                         f"cannot reach {folder}: let it through the folders above (chmod o+x), "
-                                         f"or choose a home it can reach")
+            raise processes.ServiceError(
+                f"PostgreSQL refuses to run as root, and the postgres user it runs as "
+                f"cannot reach {folder}: let it through the folders above (chmod o+x), "
+                f"or choose a home it can reach"
+            )
     secret = folder / "initdb-password"
     credentials.write_private(secret, _password(settings))
     if owner:
         os.chown(secret, owner["user"], owner["group"])
     try:
-        _run(settings, owner, "initdb", "-D", str(data(settings)), f"--username={ROLE}", f"--pwfile={secret}",
-             "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C")
+        _run(
+            settings,
+            owner,
+            "initdb",
+            "-D",
+            str(data(settings)),
+            f"--username={ROLE}",
+            f"--pwfile={secret}",
+            "--auth=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C",
+        )
     finally:
         secret.unlink(missing_ok=True)
 
 
 def _connect(settings: Settings, database: str) -> psycopg.Connection:
-    return psycopg.connect(host="127.0.0.1", port=settings.airflow_database_port, user=ROLE,
-                           password=_password(settings), dbname=database, connect_timeout=3, autocommit=True)
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=settings.airflow_database_port,
+        user=ROLE,
+        password=_password(settings),
+        dbname=database,
+        connect_timeout=3,
+        autocommit=True,
+    )
 
 
 def healthy(settings: Settings, database: str = DATABASE) -> bool:
@@ -134,13 +164,30 @@ def start(settings: Settings, timeout: float = 60) -> None:
         owner = _owner()
         if not (data(settings) / "PG_VERSION").exists():
             _initdb(settings, owner)
-        processes.start(settings, NAME, [_program(settings, "postgres"), "-D", str(data(settings)),
-                                         "-p", str(settings.airflow_database_port),
-                                         "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="],
-                        cwd=_folder(settings), **owner)
-    processes.wait_until(lambda: healthy(settings, "postgres"), timeout, "Airflow's PostgreSQL",
-                         log=processes.log_file(settings, NAME),
-                         alive=lambda: processes.running_pid(settings, NAME) is not None)
+        processes.start(
+            settings,
+            NAME,
+            [
+                _program(settings, "postgres"),
+                "-D",
+                str(data(settings)),
+                "-p",
+                str(settings.airflow_database_port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ],
+            cwd=_folder(settings),
+            **owner,
+        )
+    processes.wait_until(
+        lambda: healthy(settings, "postgres"),
+        timeout,
+        "Airflow's PostgreSQL",
+        log=processes.log_file(settings, NAME),
+        alive=lambda: processes.running_pid(settings, NAME) is not None,
+    )
     with _connect(settings, "postgres") as cluster:
         if cluster.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
             cluster.execute(f"CREATE DATABASE {DATABASE}")
@@ -151,8 +198,7 @@ def stop(settings: Settings) -> bool:
     if processes.running_pid(settings, NAME) is None:
         return False
     try:
-        _run(settings, _owner(), "pg_ctl", "stop", "-D", str(data(settings)), "--mode=fast", "--wait",
-             "--timeout=30")
+        _run(settings, _owner(), "pg_ctl", "stop", "-D", str(data(settings)), "--mode=fast", "--wait", "--timeout=30")
     finally:
         processes.stop(settings, NAME)  # whatever a failed shutdown left, and the pid file
     return True
@@ -161,5 +207,8 @@ def stop(settings: Settings) -> bool:
 def status(settings: Settings) -> processes.Service:
     """Its process, health and address (without the password)."""
     pid = processes.running_pid(settings, NAME)
-    return processes.Service(pid, pid is not None and healthy(settings),
-                             f"postgresql://{ROLE}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}")
+    return processes.Service(
+        pid,
+        pid is not None and healthy(settings),
+        f"postgresql://{ROLE}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}",
+    )

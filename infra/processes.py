@@ -25,6 +25,7 @@ T = TypeVar("T")
 class Service:
     """A service as ``status`` reports it: its process (None: not running), whether it answers, and
     where (a URL, if it serves one)."""
+
     pid: int | None
     healthy: bool
     url: str | None = None
@@ -124,8 +125,9 @@ def require_free(port: int, purpose: str) -> None:
         )
 
 
-def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None = None,
-          cwd: Path | None = None, **popen) -> int:
+def start(
+    settings: Settings, name: str, argv: Sequence[str], env: dict | None = None, cwd: Path | None = None, **popen
+) -> int:
     """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid.
     ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process).
     The log, and every file the process creates, is its owner's alone (umask 077): a log may show a
@@ -134,8 +136,14 @@ def start(settings: Settings, name: str, argv: Sequence[str], env: dict | None =
     settings.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
     with os.fdopen(os.open(log_file(settings, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         proc = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, **{"umask": 0o077, **popen},
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+            **{"umask": 0o077, **popen},
         )
     created = psutil.Process(proc.pid).create_time()
     pid_file(settings, name).write_text(f"{proc.pid} {created}\n")
@@ -146,18 +154,31 @@ def poll(attempt: Callable[[], T | None], timeout: float, every: float, timed_ou
     """What ``attempt`` returns once it returns something other than None, tried every ``every``
     seconds; ``timed_out()`` is raised after ``timeout`` seconds, and an exception of ``attempt``'s
     own ends the wait at once."""
+
     def give_up(_state: tenacity.RetryCallState):
         raise timed_out()
 
     # every None is retried and give_up raises: what comes back is a T
-    return cast(T, tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(every),
-                                     retry=tenacity.retry_if_result(lambda result: result is None),
-                                     retry_error_callback=give_up)(attempt))
+    return cast(
+        T,
+        tenacity.Retrying(
+            stop=tenacity.stop_after_delay(timeout),
+            wait=tenacity.wait_fixed(every),
+            retry=tenacity.retry_if_result(lambda result: result is None),
+            retry_error_callback=give_up,
+        )(attempt),
+    )
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
-               alive: Callable[[], bool] = lambda: True) -> None:
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    log: Path | None = None,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
     """Poll ``check`` until it is true; fail with the log's tail if ``alive`` goes false or time runs out."""
+
     def healthy() -> bool | None:
         if check():
             return True

@@ -46,13 +46,20 @@ def _producer(settings: Settings):
     min.insync.replicas 2, an acknowledged record is on two brokers, and resends add no copies."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
-                         linger_ms=20, delivery_timeout_ms=DELIVERY_TIMEOUT_MS, max_request_size=1_048_576,
-                         bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    return KafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=20,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+        max_request_size=1_048_576,
+        bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
+    )
 
 
-def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]],
-            topic: str | None = None) -> list[Exception | None]:
+def publish(
+    settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]], topic: str | None = None
+) -> list[Exception | None]:
     """Send (key, value, timestamp in ms or None for now) triples to ``topic`` (default: the events
     topic); per record, in order, None if Kafka acknowledged it, else why not. A broker that cannot be
     reached raises ValueError, in one line."""
@@ -73,8 +80,9 @@ def publish(settings: Settings, messages: Iterable[tuple[bytes | None, bytes | N
         finally:
             producer.close()
     except KafkaError as exc:
-        raise ValueError(f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc}); is it running? "
-                         f"(`lambdalake status`)") from None
+        raise ValueError(
+            f"cannot send to Kafka at {settings.kafka_bootstrap} ({exc}); is it running? (`lambdalake status`)"
+        ) from None
     return [s if isinstance(s, Exception) else None if s.succeeded() else s.exception for s in sent]
 
 
@@ -83,14 +91,17 @@ def acknowledged(settings: Settings, errors: list[Exception | None], topic: str)
     all, raises ValueError saying how many it did not, and why (one line)."""
     failed = [error for error in errors if error is not None]
     if failed:
-        raise ValueError(f"Kafka at {settings.kafka_bootstrap} did not acknowledge {len(failed):,} of {len(errors):,} "
-                         f"records sent to {topic} (the first: {' '.join(str(failed[0]).split())})")
+        raise ValueError(
+            f"Kafka at {settings.kafka_bootstrap} did not acknowledge {len(failed):,} of {len(errors):,} "
+            f"records sent to {topic} (the first: {' '.join(str(failed[0]).split())})"
+        )
     return len(errors)
 
 
 def send(settings: Settings, records: Iterable[Record], paced_from: datetime | None = None) -> int:
     """Send ``records`` to the events topic; with ``paced_from``, each at its ``send_at`` in real time
     (``paced_from`` maps to now). Returns how many Kafka acknowledged: all (:func:`acknowledged`)."""
+
     def paced():
         started = time.monotonic()
         for record in records:
@@ -126,8 +137,9 @@ class FileRecords:
             parts.append(f"skipped {_count(self.blank, 'blank line')} ({_numbers(self.blank)})")
         if self.not_objects:
             verb = "is not a JSON object" if len(self.not_objects) == 1 else "are not JSON objects"
-            parts.append(f"{_count(self.not_objects, 'line')} {verb} and will be dead-lettered "
-                         f"({_numbers(self.not_objects)})")
+            parts.append(
+                f"{_count(self.not_objects, 'line')} {verb} and will be dead-lettered ({_numbers(self.not_objects)})"
+            )
         return "; ".join(parts)
 
 
@@ -156,15 +168,21 @@ def parse_lines(lines: list[bytes], now: datetime, key: str = "user_id", changel
             event = {}
             not_objects.append(number)
         deleted = changelog and event.get("deleted") is True
-        records.append(Record(now + timedelta(microseconds=number),
-                              str(event[key]).encode() if event.get(key) else None,
-                              None if deleted else line, "deletion" if deleted else "from_file"))
+        records.append(
+            Record(
+                now + timedelta(microseconds=number),
+                str(event[key]).encode() if event.get(key) else None,
+                None if deleted else line,
+                "deletion" if deleted else "from_file",
+            )
+        )
     return FileRecords(records, blank, not_objects)
 
 
 def read_file(path: Path, now: datetime, key: str = "user_id", changelog: bool = False) -> FileRecords:
     """The records of the JSONL file ``path`` (see :func:`parse_lines`)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file; --from-file expects a JSONL file of events "
-                                f"(with --changelog, of changes)")
+        raise FileNotFoundError(
+            f"{path}: no such file; --from-file expects a JSONL file of events (with --changelog, of changes)"
+        )
     return parse_lines(path.read_bytes().splitlines(), now, key, changelog)

@@ -39,15 +39,25 @@ def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bo
     _held(settings).unlink(missing_ok=True)
     if processes.running_pid(settings, SPEED) is None:
         flags = ["--resume-from-tables"] if resume_from_tables else []
-        processes.start(settings, SPEED, [sys.executable, "-m", "speed_layer", *flags],
-                        env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
+        processes.start(
+            settings,
+            SPEED,
+            [sys.executable, "-m", "speed_layer", *flags],
+            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+            cwd=REPO,
+        )
 
     def active() -> bool:
         report = speed_health(settings)
         return report is not None and report.active
 
-    processes.wait_until(active, timeout, "speed layer", log=processes.log_file(settings, SPEED),
-                         alive=lambda: processes.running_pid(settings, SPEED) is not None)
+    processes.wait_until(
+        active,
+        timeout,
+        "speed layer",
+        log=processes.log_file(settings, SPEED),
+        alive=lambda: processes.running_pid(settings, SPEED) is not None,
+    )
 
 
 def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
@@ -59,9 +69,15 @@ def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
         done = report.processed_offsets if report else {}
         return sum(target.values()) if all(int(done.get(str(p), 0)) >= end for p, end in target.items()) else None
 
-    return processes.poll(landed, timeout, 0.5, lambda: TimeoutError(
-        f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
-        f"see `lambdalake status`"))
+    return processes.poll(
+        landed,
+        timeout,
+        0.5,
+        lambda: TimeoutError(
+            f"the speed layer did not land Kafka's {sum(target.values())} records in {timeout:.0f}s; "
+            f"see `lambdalake status`"
+        ),
+    )
 
 
 def stop_speed(settings: Settings, hold: bool = False) -> bool:
@@ -88,8 +104,10 @@ def speed_problem(settings: Settings, now: float | None = None) -> str | None:
         return f"the speed layer failed: {report.error}"
     progressed, stall = report.progressed_at, report.stall_after_seconds
     if report.lag and progressed and stall is not None and now - processes.parse_utc(progressed) > stall:
-        return (f"the speed layer is stalled: lag {report.lag} and no micro-batch finished since {progressed} "
-                f"(over {stall:.0f}s)")
+        return (
+            f"the speed layer is stalled: lag {report.lag} and no micro-batch finished since {progressed} "
+            f"(over {stall:.0f}s)"
+        )
     return None
 
 
@@ -119,18 +137,28 @@ def start_serving(settings: Settings, timeout: float = 60) -> None:
     """Start the HTTP API and dashboard (`lambdalake serve`; no-op if it runs) and wait until it answers."""
     if processes.running_pid(settings, SERVING) is None:
         processes.require_free(settings.serve_port, "serving API")
-        processes.start(settings, SERVING, [sys.executable, "-m", "lambdalake.cli", "serve"],
-                        env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)}, cwd=REPO)
-    processes.wait_until(lambda: serving_healthy(settings), timeout, "serving API",
-                         log=processes.log_file(settings, SERVING),
-                         alive=lambda: processes.running_pid(settings, SERVING) is not None)
+        processes.start(
+            settings,
+            SERVING,
+            [sys.executable, "-m", "lambdalake.cli", "serve"],
+            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+            cwd=REPO,
+        )
+    processes.wait_until(
+        lambda: serving_healthy(settings),
+        timeout,
+        "serving API",
+        log=processes.log_file(settings, SERVING),
+        alive=lambda: processes.running_pid(settings, SERVING) is not None,
+    )
 
 
 def start_airflow(settings: Settings) -> None:
     """Start Airflow and point its ``spark_connect`` Connection at the batch engine."""
     airflow.start(settings)
-    airflow.AirflowClient(settings).set_connection(airflow.ENGINE_CONNECTION, "spark_connect", "127.0.0.1",
-                                                   settings.batch_engine_port)
+    airflow.AirflowClient(settings).set_connection(
+        airflow.ENGINE_CONNECTION, "spark_connect", "127.0.0.1", settings.batch_engine_port
+    )
 
 
 def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
@@ -140,9 +168,14 @@ def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
         first = datetime.now(timebase.UTC).date() - timedelta(days=HISTORY_DAYS)
         settings = settings.save(batch_start_date=first.isoformat())
     cluster = [("Spark cluster", spark_cluster.start)] if settings.spark_master == "standalone" else []
-    for name, start in (("Kafka", kafka.start), *cluster, ("speed layer", start_speed),
-                        ("batch engine", batch_engine.start), ("Airflow", start_airflow),
-                        ("serving API", start_serving)):
+    for name, start in (
+        ("Kafka", kafka.start),
+        *cluster,
+        ("speed layer", start_speed),
+        ("batch engine", batch_engine.start),
+        ("Airflow", start_airflow),
+        ("serving API", start_serving),
+    ):
         began = time.monotonic()
         say(f"starting {name} ...")
         start(settings)
@@ -155,10 +188,18 @@ def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
 
 def down(settings: Settings, purge: bool = False) -> list[str]:
     """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
-    stopped = [name for name, stop in (("serving API", lambda s: processes.stop(s, SERVING)),
-                                       ("speed layer", stop_speed), ("Airflow", airflow.stop),
-                                       ("batch engine", batch_engine.stop),
-                                       ("Spark cluster", spark_cluster.stop), ("Kafka", kafka.stop)) if stop(settings)]
+    stopped = [
+        name
+        for name, stop in (
+            ("serving API", lambda s: processes.stop(s, SERVING)),
+            ("speed layer", stop_speed),
+            ("Airflow", airflow.stop),
+            ("batch engine", batch_engine.stop),
+            ("Spark cluster", spark_cluster.stop),
+            ("Kafka", kafka.stop),
+        )
+        if stop(settings)
+    ]
     if purge and settings.home.exists():
         shutil.rmtree(settings.home)
     return stopped
@@ -168,6 +209,7 @@ def down(settings: Settings, purge: bool = False) -> list[str]:
 class Speed(processes.Service):
     """The speed layer as ``status`` reports it: a service, what is wrong with it (None: nothing), its log
     and its last health report (infra.speed_report)."""
+
     problem: str | None = None
     log: str = ""
     health: Health | None = None
@@ -176,6 +218,7 @@ class Speed(processes.Service):
 @dataclass(frozen=True)
 class Spark:
     """Where Spark runs, and on a standalone cluster how many workers its master counts alive."""
+
     master: str
     alive_workers: int | None = None
 
@@ -183,6 +226,7 @@ class Spark:
 @dataclass(frozen=True)
 class Status:
     """What runs where, and whether it is healthy (``lambdalake status``)."""
+
     home: str
     kafka: kafka.Cluster
     speed_layer: Speed
@@ -197,9 +241,18 @@ def status(settings: Settings) -> Status:
     problem = speed_problem(settings)
     standalone = settings.spark_master == "standalone"
     return Status(
-        str(settings.home), kafka.status(settings),
-        Speed(processes.running_pid(settings, SPEED), problem is None, None, problem,
-              str(processes.log_file(settings, SPEED)), speed_health(settings)),
-        batch_engine.status(settings), airflow.status(settings),
+        str(settings.home),
+        kafka.status(settings),
+        Speed(
+            processes.running_pid(settings, SPEED),
+            problem is None,
+            None,
+            problem,
+            str(processes.log_file(settings, SPEED)),
+            speed_health(settings),
+        ),
+        batch_engine.status(settings),
+        airflow.status(settings),
         processes.Service(processes.running_pid(settings, SERVING), serving_healthy(settings), settings.serve_url),
-        Spark(settings.spark_master_url, spark_cluster.alive_workers(settings) if standalone else None))
+        Spark(settings.spark_master_url, spark_cluster.alive_workers(settings) if standalone else None),
+    )

@@ -132,11 +132,13 @@ class Settings:
             object.__setattr__(self, "spark_conf", tuple(sorted(self.spark_conf.items())))
         ports = [port for pair in self.kafka_ports for port in pair]
         if self.kafka_brokers < 1 or len(set(ports)) < len(ports):
-            raise ValueError(f"kafka_brokers {self.kafka_brokers} with kafka_port {self.kafka_port} and "
-                             f"kafka_controller_port {self.kafka_controller_port}: expected at least 1 broker and "
-                             f"ports that do not meet (broker i listens on both + 2i)")
+            raise ValueError(
+                f"kafka_brokers {self.kafka_brokers} with kafka_port {self.kafka_port} and "
+                f"kafka_controller_port {self.kafka_controller_port}: expected at least 1 broker and "
+                f"ports that do not meet (broker i listens on both + 2i)"
+            )
         if self.airflow_database not in ("sqlite", "postgresql"):
-            raise ValueError(f"airflow_database {self.airflow_database!r}: expected \"sqlite\" or \"postgresql\"")
+            raise ValueError(f'airflow_database {self.airflow_database!r}: expected "sqlite" or "postgresql"')
 
     def topic_of(self, declared: str) -> str:
         """The deployment's name of the topic a domain declares as ``declared``."""

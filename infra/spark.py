@@ -35,9 +35,11 @@ JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 #: leaving at most 30% of the heap free), where the throughput collector keeps it for the JVM's life;
 #: and every 10 s the C heap's freed memory is given back too (malloc_trim: resident at rest after a
 #: nightly run 668 -> 623 MB).
-ENGINE_JVM_OPTIONS = ("-XX:-DontCompileHugeMethods -XX:+UseG1GC -XX:G1PeriodicGCInterval=10000 "
-                      "-XX:-G1PeriodicGCInvokesConcurrent -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 "
-                      "-XX:TrimNativeHeapInterval=10000")
+ENGINE_JVM_OPTIONS = (
+    "-XX:-DontCompileHugeMethods -XX:+UseG1GC -XX:G1PeriodicGCInterval=10000 "
+    "-XX:-G1PeriodicGCInvokesConcurrent -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 "
+    "-XX:TrimNativeHeapInterval=10000"
+)
 #: Spark's classes as a JVM of this environment loaded and linked them, kept at setup
 #: (``python -m infra.class_archive``): a driver maps them at start instead of reading them from the jars
 #: again (a speed layer's start to its queries: 12.1 -> 8.8 s). A JVM that cannot use the archive (another
@@ -61,10 +63,16 @@ CODEGEN_CLASSES, ENGINE_CODEGEN_CLASSES = 1000, 100
 #: The batch engine's pools of threads that wait on its queries' stages and broadcasts: a few per run
 #: in flight, where Spark allows up to 1,024 each, idle ones kept 60 s (after a 30-day backfill, 180
 #: more threads than after a nightly run, each with its stack, were still waiting at rest).
-ENGINE_THREADS = {f"spark.sql.{pool}.maxThreadThreshold": "16"
-                  for pool in ("shuffleExchange", "broadcastExchange", "resultQueryStage")}
-CLUSTER_SHARE = {"spark.cores.max": "2", "spark.executor.cores": "2", "spark.executor.memory": "1g",
-                 "spark.executor.extraJavaOptions": JVM_OPTIONS}
+ENGINE_THREADS = {
+    f"spark.sql.{pool}.maxThreadThreshold": "16"
+    for pool in ("shuffleExchange", "broadcastExchange", "resultQueryStage")
+}
+CLUSTER_SHARE = {
+    "spark.cores.max": "2",
+    "spark.executor.cores": "2",
+    "spark.executor.memory": "1g",
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
+}
 
 
 def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str]:
@@ -111,8 +119,7 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
         # only small files are compacted as they are written: a large micro-batch's files (a 200k one
         # writes three of 9 MB to raw_events) are left to the maintenance DAG's OPTIMIZE
         "spark.databricks.delta.autoCompact.minFileSize": str(4 * 2**20),
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",  # noqa: E501
         # commit state as a changelog, not a whole RocksDB snapshot per micro-batch
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # a query killed during its first micro-batch leaves that batch's offsets and state behind, which
@@ -122,10 +129,10 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
         # a stream's offsets and commits are written to a temporary file and renamed by Hadoop's
         # FileSystem API (atomic on a local or HDFS folder, as with the default FileContext API, which
         # took 65-70 ms a file here where this takes 13-15: 0.1 s of every micro-batch)
-        "spark.sql.streaming.checkpointFileManagerClass":
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-        "spark.driver.extraJavaOptions": " ".join([f"-Dderby.system.home={tmp}",
-                                                   ENGINE_JVM_OPTIONS if engine else JVM_OPTIONS, *class_sharing()]),
+        "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",  # noqa: E501
+        "spark.driver.extraJavaOptions": " ".join(
+            [f"-Dderby.system.home={tmp}", ENGINE_JVM_OPTIONS if engine else JVM_OPTIONS, *class_sharing()]
+        ),
         **dict(settings.spark_conf),
     }
 
@@ -200,9 +207,11 @@ def engine(settings: Settings, url: str | None = None) -> Iterator:
     except Exception as error:
         if answers(url):  # the engine is there: the error is the work's own
             raise
-        raise EngineError(f"the batch engine at {url} went away during the work ({type(error).__name__}); "
-                          f"nothing half-done was committed: rerun once it is back (the watchdog restarts "
-                          f"it, `lambdalake up` too)") from None
+        raise EngineError(
+            f"the batch engine at {url} went away during the work ({type(error).__name__}); "
+            f"nothing half-done was committed: rerun once it is back (the watchdog restarts "
+            f"it, `lambdalake up` too)"
+        ) from None
     finally:
         with suppress(Exception):  # a lost engine cannot release the session; nothing is left to free
             spark.stop()

@@ -26,8 +26,12 @@ def spark_home() -> Path:
 
 
 def _launch(settings: Settings, name: str, main: str, *args: str) -> None:
-    env = {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_WORKER_DIR": str(settings.home / "tmp" / "spark-workers")}
+    env = {
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_WORKER_DIR": str(settings.home / "tmp" / "spark-workers"),
+    }
     processes.start(settings, name, [str(spark_home() / "bin" / "spark-class"), main, *args], env=env)
 
 
@@ -56,19 +60,47 @@ def start(settings: Settings, timeout: float = 90) -> None:
     if processes.running_pid(settings, MASTER) is None:
         processes.require_free(settings.spark_master_port, "Spark master")
         processes.require_free(settings.spark_ui_port, "Spark master web UI")
-        _launch(settings, MASTER, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                "--port", str(settings.spark_master_port), "--webui-port", str(settings.spark_ui_port))
-    processes.wait_until(lambda: alive_workers(settings) is not None, timeout, "Spark master",
-                         log=processes.log_file(settings, MASTER),
-                         alive=lambda: processes.running_pid(settings, MASTER) is not None)
+        _launch(
+            settings,
+            MASTER,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(settings.spark_master_port),
+            "--webui-port",
+            str(settings.spark_ui_port),
+        )
+    processes.wait_until(
+        lambda: alive_workers(settings) is not None,
+        timeout,
+        "Spark master",
+        log=processes.log_file(settings, MASTER),
+        alive=lambda: processes.running_pid(settings, MASTER) is not None,
+    )
     for number, name in enumerate(WORKERS, start=1):
         if processes.running_pid(settings, name) is None:
             processes.require_free(settings.spark_ui_port + number, f"{name} web UI")
-            _launch(settings, name, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                    "--webui-port", str(settings.spark_ui_port + number), "--cores", str(WORKER_CORES),
-                    "--memory", WORKER_MEMORY, settings.spark_master_url)
-    processes.wait_until(lambda: alive_workers(settings) == len(WORKERS), timeout, "Spark workers",
-                         log=processes.log_file(settings, WORKERS[-1]))
+            _launch(
+                settings,
+                name,
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--webui-port",
+                str(settings.spark_ui_port + number),
+                "--cores",
+                str(WORKER_CORES),
+                "--memory",
+                WORKER_MEMORY,
+                settings.spark_master_url,
+            )
+    processes.wait_until(
+        lambda: alive_workers(settings) == len(WORKERS),
+        timeout,
+        "Spark workers",
+        log=processes.log_file(settings, WORKERS[-1]),
+    )
 
 
 def stop(settings: Settings) -> bool:

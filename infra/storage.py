@@ -35,14 +35,14 @@ def local_path(location: str) -> str | None:
 
 def _under(root: str, path: str, found: str) -> str:
     """``found``, an fsspec path under ``path`` (``root`` as fsspec names it), as a location under ``root``."""
-    return root.rstrip("/") + found[len(path.rstrip("/")):]
+    return root.rstrip("/") + found[len(path.rstrip("/")) :]
 
 
 def delta_tables(root: str) -> list[str]:
     """The Delta tables at or under ``root``, as locations."""
     fs, path = _fs(root)
     logs = fs.glob(f"{path.rstrip('/')}/**/{LOG}") if fs.exists(path) else []
-    return sorted(_under(root, path, log)[:-len(LOG) - 1] for log in logs)
+    return sorted(_under(root, path, log)[: -len(LOG) - 1] for log in logs)
 
 
 def folders(root: str) -> list[str]:
@@ -50,8 +50,9 @@ def folders(root: str) -> list[str]:
     fs, path = _fs(root)
     if not fs.exists(path):
         return []
-    return sorted(_under(root, path, entry["name"]) for entry in fs.ls(path, detail=True)
-                  if entry["type"] == "directory")
+    return sorted(
+        _under(root, path, entry["name"]) for entry in fs.ls(path, detail=True) if entry["type"] == "directory"
+    )
 
 
 def data_files(location: str) -> int:
@@ -93,7 +94,8 @@ def appended(folder: str, version: int) -> tuple[int, list[dict]] | None:
             return (version, adds) if os.path.exists(os.path.join(log, f"{version:020d}.json")) else None
         added = [action["add"] for action in actions if "add" in action]
         if not all(action.keys() <= APPENDING for action in actions) or any(
-                "://" in add["path"] or add.get("deletionVector") for add in added):
+            "://" in add["path"] or add.get("deletionVector") for add in added
+        ):
             return None
         adds += added
         version += 1

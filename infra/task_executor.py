@@ -17,9 +17,16 @@ from airflow.executors.local_executor import LocalExecutor
 from infra.dag_processor import preload
 
 #: What a batch or maintenance task imports before its first line of work.
-PRELOADED = ("airflow.dag_processing.dagbag", "airflow.sdk.execution_time.task_runner", "great_expectations",
-             "great_expectations.expectations", "pyspark.sql.connect.session", "batch_layer.recompute",
-             "batch_layer.quality", "batch_layer.maintenance")
+PRELOADED = (
+    "airflow.dag_processing.dagbag",
+    "airflow.sdk.execution_time.task_runner",
+    "great_expectations",
+    "great_expectations.expectations",
+    "pyspark.sql.connect.session",
+    "batch_layer.recompute",
+    "batch_layer.quality",
+    "batch_layer.maintenance",
+)
 
 
 class PreloadedLocalExecutor(LocalExecutor):

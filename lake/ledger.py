@@ -17,6 +17,7 @@ from views import tables
 @dataclass(frozen=True)
 class Entry:
     """One view's day made final: its rows, and when they were computed (the last time)."""
+
     view: str
     day: date
     rows: int
@@ -41,8 +42,14 @@ def record(settings: Settings, days: dict[str, dict[date, int]], at: datetime) -
     """Record each view's days (view -> day -> rows) final, computed ``at``; one commit."""
     from infra.delta import upsert
 
-    rows = [{"view": view, "day": day, "rows": count, "computed_at": at}
-            for view, counts in days.items() for day, count in counts.items()]
+    rows = [
+        {"view": view, "day": day, "rows": count, "computed_at": at}
+        for view, counts in days.items()
+        for day, count in counts.items()
+    ]
     if rows:
-        upsert(pa.Table.from_pylist(rows, tables.SERVING_STATE.schema), tables.SERVING_STATE.path(settings),
-               ("view", "day"))
+        upsert(
+            pa.Table.from_pylist(rows, tables.SERVING_STATE.schema),
+            tables.SERVING_STATE.path(settings),
+            ("view", "day"),
+        )

@@ -21,9 +21,11 @@ def speed_sql(view: View, partials: str) -> str:
     group = ", ".join(f'"{c}"' for c in ("window_start", "window_end", *view.keys))
     states = ", ".join(f'{sql} AS "{column}"' for column, sql in merged(view).items())
     values = ", ".join(f'{sql} AS "{name}"' for name, sql in finals(view).items())
-    return (f'SELECT {group}, {values} FROM (SELECT {group}, {states} '
-            f'FROM (SELECT "{view.name}".* FROM {partials} WHERE "view" = \'{view.name}\') '
-            f'GROUP BY {group} HAVING {merged(view)[ROWS]} > 0)')
+    return (
+        f"SELECT {group}, {values} FROM (SELECT {group}, {states} "
+        f'FROM (SELECT "{view.name}".* FROM {partials} WHERE "view" = \'{view.name}\') '
+        f"GROUP BY {group} HAVING {merged(view)[ROWS]} > 0)"
+    )
 
 
 def final_days_sql(view: View, ledger: str) -> str:
@@ -40,11 +42,15 @@ def merged_sql(view: View, batch: str | None = None, partials: str | None = None
     if batch and ledger:
         parts.append(f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE {final}")
     if partials:
-        parts.append(f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM ({speed_sql(view, partials)}) "
-                     f"WHERE NOT ({final})")
+        parts.append(
+            f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM ({speed_sql(view, partials)}) "
+            f"WHERE NOT ({final})"
+        )
     if not parts:
-        raise LookupError(f"view {view.name} has no data yet: neither its batch nor its speed table exists; "
-                          f"start the pipeline with `lambdalake up`")
+        raise LookupError(
+            f"view {view.name} has no data yet: neither its batch nor its speed table exists; "
+            f"start the pipeline with `lambdalake up`"
+        )
     return "\nUNION ALL\n".join(parts)
 
 

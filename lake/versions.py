@@ -49,6 +49,7 @@ class Conflict(RuntimeError):
 class Pointer:
     """A switched view's row of ``serving_versions``: the table serving it, since when, and the one it
     replaced (None once that is retired)."""
+
     view: str
     table: str
     switched_at: datetime
@@ -59,6 +60,7 @@ class Pointer:
 class Version:
     """The version serving a view (its label), since when (None: its first, never switched), and the
     label it can be switched back to."""
+
     label: str
     since: str | None
     previous: str | None
@@ -67,6 +69,7 @@ class Version:
 @dataclass(frozen=True)
 class SwitchedBack:
     """A view switched back: the version serving it again, and the days carried over into it."""
+
     label: str
     carried_days: str
 
@@ -104,8 +107,11 @@ def describe(settings: Settings, views: Iterable[str]) -> dict[str, Version]:
     described = {}
     for view in views:
         row = rows.get(view)
-        described[view] = Version(label(_serving(rows, view)), row.switched_at.isoformat() if row else None,
-                                  label(row.previous_table) if row and row.previous_table else None)
+        described[view] = Version(
+            label(_serving(rows, view)),
+            row.switched_at.isoformat() if row else None,
+            label(row.previous_table) if row and row.previous_table else None,
+        )
     return described
 
 
@@ -115,11 +121,15 @@ def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
     if not isinstance(new, str) or not re.fullmatch(LABEL, new) or new == INITIAL:
         raise ValueError(f"label {new!r}: use 1 to 40 lowercase letters, digits, - and _ (not {INITIAL!r})")
     rows = pointers(settings)
-    used = [v for v in views
-            if tables.batch(v, new).name in (_serving(rows, v), rows[v].previous_table if v in rows else None)]
+    used = [
+        v
+        for v in views
+        if tables.batch(v, new).name in (_serving(rows, v), rows[v].previous_table if v in rows else None)
+    ]
     if used:
-        raise ValueError(f"label {new!r} is in use by {', '.join(used)} (serving or kept to switch back to); "
-                         f"choose another")
+        raise ValueError(
+            f"label {new!r} is in use by {', '.join(used)} (serving or kept to switch back to); choose another"
+        )
 
 
 def _version(path: str) -> int | None:
@@ -138,30 +148,43 @@ def _write(settings: Settings, rows: list[Pointer]) -> None:
     from infra.delta import upsert
 
     pointers_table = tables.SERVING_VERSIONS
-    upsert(pa.Table.from_pylist([asdict(row) for row in rows], pointers_table.schema), pointers_table.path(settings),
-           ("view",))
+    upsert(
+        pa.Table.from_pylist([asdict(row) for row in rows], pointers_table.schema),
+        pointers_table.path(settings),
+        ("view",),
+    )
 
 
-def switch(settings: Settings, tables: dict[str, str], at: datetime,
-           based_on: dict[str, tuple[str, int | None]]) -> None:
+def switch(
+    settings: Settings, tables: dict[str, str], at: datetime, based_on: dict[str, tuple[str, int | None]]
+) -> None:
     """Serve each view of ``tables`` from the table named there, all in one commit; the tables they
     replace become their previous versions. ``based_on`` is the :func:`snapshot` the new tables were
     built from: if a serving table was written or switched since, nothing is switched (:class:`Conflict`)."""
     now = snapshot(settings, tables)
     moved = [view for view in tables if now[view] != based_on[view]]
     if moved:
-        raise Conflict(f"{', '.join(moved)}: the serving version was written or switched while this ran "
-                       f"(another recompute or switch); nothing was switched, run again")
-    _write(settings, [Pointer(view, table, at, now[view][0] if now[view][1] is not None else None)
-                      for view, table in tables.items()])
+        raise Conflict(
+            f"{', '.join(moved)}: the serving version was written or switched while this ran "
+            f"(another recompute or switch); nothing was switched, run again"
+        )
+    _write(
+        settings,
+        [
+            Pointer(view, table, at, now[view][0] if now[view][1] is not None else None)
+            for view, table in tables.items()
+        ],
+    )
 
 
 def require_serving(settings: Settings, view: str, path: str) -> None:
     """Raise :class:`Conflict` unless ``path`` still serves ``view`` (a recompute checks this after writing
     its rows and before recording its days final: a switch in between would leave them unserved)."""
     if current(settings, view) != path:
-        raise Conflict(f"{view}: serving switched to {current(settings, view)} while rows were written to "
-                       f"{path}; no day was recorded final, run again")
+        raise Conflict(
+            f"{view}: serving switched to {current(settings, view)} while rows were written to "
+            f"{path}; no day was recorded final, run again"
+        )
 
 
 def _changed_days(settings: Settings, view: str, since: datetime) -> list[date]:
@@ -173,13 +196,19 @@ def _carry(settings: Settings, view: str, source: str, target: str, days: list[d
     """Replace the rows of ``days`` in table ``target`` by those in ``source``."""
     rows, into = DeltaTable(settings.table(source)).to_pyarrow_dataset(), DeltaTable(settings.table(target))
     if rows.schema.names != [field.name for field in into.schema().fields]:
-        raise ValueError(f"cannot switch {view} back: {label(source)} has days the previous version lacks "
-                         f"({timebase.spans(days)}) and other columns than it; reprocess instead")
+        raise ValueError(
+            f"cannot switch {view} back: {label(source)} has days the previous version lacks "
+            f"({timebase.spans(days)}) and other columns than it; reprocess instead"
+        )
     for first, last in timebase.ranges(days):
         start, end = timebase.day_start(first), timebase.day_start(last) + timebase.DAY
         found = rows.to_table(filter=(pc.field("window_start") >= start) & (pc.field("window_start") < end))
-        write_deltalake(into, found, mode="overwrite",
-                        predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
+        write_deltalake(
+            into,
+            found,
+            mode="overwrite",
+            predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'",
+        )
 
 
 def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedBack]:
@@ -191,8 +220,10 @@ def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedB
     back = {v: previous for v in views if v in rows and (previous := rows[v].previous_table)}
     missing = [v for v in views if v not in back or not tables.exists(settings.table(back[v]))]
     if missing:
-        raise ValueError(f"no previous version to switch back to for {', '.join(missing)} (never switched, "
-                         f"no table before its switch, or past version_retention_days)")
+        raise ValueError(
+            f"no previous version to switch back to for {', '.join(missing)} (never switched, "
+            f"no table before its switch, or past version_retention_days)"
+        )
     based_on = snapshot(settings, views)
     carried = {}
     for view in views:

@@ -56,21 +56,28 @@ def report(settings: Settings) -> str:
 
     days, views = engine.finality(settings), settings.views
     lines.append("\n== every view: rows per source (batch: its final days; speed: provisional) ==")
-    table(" UNION ALL ".join(
-        f"SELECT '{name}' AS view, '{timebase.spans(days[name]['final'])}' AS final_days, "
-        f"count(*) FILTER (WHERE source = 'batch') AS batch_rows, count(*) FILTER (WHERE source = 'speed') "
-        f"AS speed_rows, max(window_start) AS latest_window FROM \"{name}\"" for name in views))
+    table(
+        " UNION ALL ".join(
+            f"SELECT '{name}' AS view, '{timebase.spans(days[name]['final'])}' AS final_days, "
+            f"count(*) FILTER (WHERE source = 'batch') AS batch_rows, count(*) FILTER (WHERE source = 'speed') "
+            f'AS speed_rows, max(window_start) AS latest_window FROM "{name}"'
+            for name in views
+        )
+    )
     for name, view in views.items():
         order = ", ".join(("window_start DESC", *view.keys))
         lines.append(f"\n== {name}: the latest speed rows and the latest batch rows ==")
-        table(f"(SELECT * FROM {name} WHERE source = 'speed' ORDER BY {order} LIMIT 3) UNION ALL "
-              f"(SELECT * FROM {name} WHERE source = 'batch' ORDER BY {order} LIMIT 3) ORDER BY {order}")
+        table(
+            f"(SELECT * FROM {name} WHERE source = 'speed' ORDER BY {order} LIMIT 3) UNION ALL "
+            f"(SELECT * FROM {name} WHERE source = 'batch' ORDER BY {order} LIMIT 3) ORDER BY {order}"
+        )
     home = "" if settings.home == REPO / ".lambdalake" else f"LAMBDALAKE_HOME={settings.home} "
     cli = f"{home}.venv/bin/lambdalake"
     health = services.speed_health(settings)
     produced = sum(kafka.end_offsets(settings, settings.topic).values())
     _, [(landed, dead)] = engine.query(
-        settings, "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters)")
+        settings, "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters)"
+    )
     lines += [
         f"\nspeed layer lag: {health.lag if health else None} records",
         f"produced {produced} = landed {landed} + dead-lettered {dead}"
@@ -79,7 +86,7 @@ def report(settings: Settings) -> str:
         f"{credentials.airflow_password_location(settings)}",
         f"Dashboard: {settings.serve_url}  (HTTP API: {settings.serve_url}views, /health, POST /query; "
         f"OpenAPI at {settings.serve_url}openapi.json)",
-        f"Query more: {cli} query \"SELECT * FROM {next(iter(views))} ORDER BY window_start DESC LIMIT 10\"",
+        f'Query more: {cli} query "SELECT * FROM {next(iter(views))} ORDER BY window_start DESC LIMIT 10"',
         f"List the views: {cli} views",
         f"The services keep running; stop them with `{cli} down` (add --purge to delete the data).",
     ]
@@ -95,8 +102,10 @@ def deployment(domain_name: str | None) -> Settings:
         return settings
     domain(domain_name)  # a known one
     if tables.RAW_EVENTS.exists(settings):
-        raise ValueError(f"{settings.home} holds the {settings.domain} domain's data; set LAMBDALAKE_HOME to another "
-                         f"folder, or delete it with `lambdalake down --purge`")
+        raise ValueError(
+            f"{settings.home} holds the {settings.domain} domain's data; set LAMBDALAKE_HOME to another "
+            f"folder, or delete it with `lambdalake down --purge`"
+        )
     return settings.save(domain=domain_name)
 
 
@@ -121,8 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     history = generated.generate(first, now, PER_DAY * max(1, (now - first).days), seed=int(now.timestamp()))
     say(f"producing {settings.domain} history since {first:%Y-%m-%d}: {counts(history)}")
     producer.send(settings, history)
-    live = generated.generate(now, now + timedelta(seconds=LIVE_SECONDS), LIVE_RATE * LIVE_SECONDS,
-                              seed=int(now.timestamp()) + 1, shaped=False)
+    live = generated.generate(
+        now,
+        now + timedelta(seconds=LIVE_SECONDS),
+        LIVE_RATE * LIVE_SECONDS,
+        seed=int(now.timestamp()) + 1,
+        shaped=False,
+    )
     say(f"streaming live events at {LIVE_RATE}/s for {LIVE_SECONDS}s in the background: {counts(live)}")
     stream = threading.Thread(target=producer.send, args=(settings, live, now), daemon=True)
     stream.start()

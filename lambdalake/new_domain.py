@@ -94,8 +94,12 @@ def write(folder: Path) -> list[Path]:
         raise ValueError(f"new-domain: {folder.name!r} must be a Python identifier (the folder's name is the domain's)")
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"new-domain: {folder} exists and is not empty")
-    files = {folder / "__init__.py": SOURCE, folder / "views" / "__init__.py": VIEWS,
-             folder / "views" / "orders_per_hour.py": VIEW, folder / "tests" / "test_orders_per_hour.py": TEST}
+    files = {
+        folder / "__init__.py": SOURCE,
+        folder / "views" / "__init__.py": VIEWS,
+        folder / "views" / "orders_per_hour.py": VIEW,
+        folder / "tests" / "test_orders_per_hour.py": TEST,
+    }
     for path, template in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(template.format(name=folder.name, folder=folder))

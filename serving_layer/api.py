@@ -103,11 +103,20 @@ def views(settings: Deployment) -> list[catalog.ViewInfo]:
     return catalog.views(settings)
 
 
-@data.get("/views/{name}", response_model=Page,
-          summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)")
-def view_rows(settings: Deployment, request: Request, name: str, start: datetime | None = None,
-              end: datetime | None = None, limit: int = Query(1000, ge=1, description="at most query_max_rows"),
-              offset: int = Query(0, ge=0)) -> Page:
+@data.get(
+    "/views/{name}",
+    response_model=Page,
+    summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)",
+)
+def view_rows(
+    settings: Deployment,
+    request: Request,
+    name: str,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    limit: int = Query(1000, ge=1, description="at most query_max_rows"),
+    offset: int = Query(0, ge=0),
+) -> Page:
     view = settings.views.get(name)
     if view is None:
         raise HTTPException(404, f"no view named {name}")
@@ -116,8 +125,9 @@ def view_rows(settings: Deployment, request: Request, name: str, start: datetime
     filters = {k: v for k, v in request.query_params.items() if k not in PAGING}
     unknown = sorted(set(filters) - set(view.keys))
     if unknown:
-        raise HTTPException(400, f"{', '.join(unknown)}: not a key of {name}; its keys: "
-                                 f"{', '.join(view.keys) or 'none'}")
+        raise HTTPException(
+            400, f"{', '.join(unknown)}: not a key of {name}; its keys: {', '.join(view.keys) or 'none'}"
+        )
     conditions = ["TRUE"]
     params: dict[str, datetime | str | None] = {}
     for label, moment, op in (("start", start, ">="), ("end", end, "<")):
@@ -130,11 +140,17 @@ def view_rows(settings: Deployment, request: Request, name: str, start: datetime
     if name not in engine.with_data(settings):
         return Page(view=name, rows=[], next_offset=None)
     order = ", ".join(f'"{c}"' for c in ("window_start", *view.keys))
-    columns, found = _run(settings, f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} '
-                                    f"LIMIT {limit + 1} OFFSET {offset}", params)
+    columns, found = _run(
+        settings,
+        f'SELECT * FROM "{name}" WHERE {" AND ".join(conditions)} ORDER BY {order} LIMIT {limit + 1} OFFSET {offset}',
+        params,
+    )
     more = len(found) > limit
-    return Page(view=name, rows=[dict(zip(columns, row, strict=True)) for row in found[:limit]],
-                next_offset=offset + limit if more else None)
+    return Page(
+        view=name,
+        rows=[dict(zip(columns, row, strict=True)) for row in found[:limit]],
+        next_offset=offset + limit if more else None,
+    )
 
 
 @data.post("/query", response_model=client.Rows, summary="One sandboxed SELECT over the views")
@@ -168,7 +184,12 @@ def serve(settings: Settings, host: str, port: int, say=print) -> None:
     import uvicorn
 
     required = token(settings, host)
-    say(f"serving http://{host}:{port}/" + (f" (requests need the token in "
-                                            f"{credentials.where(settings, 'serve_token', 'serve-token')})"
-                                            if required else ""))
+    say(
+        f"serving http://{host}:{port}/"
+        + (
+            f" (requests need the token in {credentials.where(settings, 'serve_token', 'serve-token')})"
+            if required
+            else ""
+        )
+    )
     uvicorn.run(create(settings, required), host=host, port=port, log_level="warning")

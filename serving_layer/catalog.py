@@ -25,6 +25,7 @@ from views.timebase import UTC, spans
 
 class ViewTables(BaseModel):
     """Where a view's rows are: its batch table (the version serving it) and its speed partials."""
+
     batch: str
     speed: str
 
@@ -32,6 +33,7 @@ class ViewTables(BaseModel):
 class ViewInfo(BaseModel):
     """A declared view: window, keys, measures, tables, the version of its batch table serving it, and
     its final and provisional days (as spans, e.g. ``2026-11-20..2026-11-22``)."""
+
     name: str
     description: str
     window: str
@@ -49,6 +51,7 @@ class ViewInfo(BaseModel):
 
 class SpeedHealth(BaseModel):
     """The speed layer as the serving side sees it: its lag, watermark and last micro-batch."""
+
     running: bool
     lag: int | None = None
     watermark: str | None = None
@@ -61,6 +64,7 @@ class SpeedHealth(BaseModel):
 class SuiteCheck(BaseModel):
     """A Great Expectations suite's last check: its days, how many critical expectations failed and how
     many warnings were raised."""
+
     checked_at: datetime
     first_day: date
     last_day: date
@@ -70,18 +74,21 @@ class SuiteCheck(BaseModel):
 
 class Quality(BaseModel):
     """Where the Data Docs are, and each suite's last check (by suite name)."""
+
     data_docs: str
     suites: dict[str, SuiteCheck]
 
 
 class RawEventsQuality(BaseModel):
     """Where the Data Docs are, and raw_events' last check."""
+
     data_docs: str
     raw_events: SuiteCheck | None
 
 
 class CorrectionReport(BaseModel):
     """One report of how far a measure's provisional speed rows were off when batch made days final."""
+
     first_day: date
     last_day: date
     added: int
@@ -93,6 +100,7 @@ class CorrectionReport(BaseModel):
 
 class Correction(BaseModel):
     """A view's measure: how many reports, their mean relative difference, and the last report."""
+
     view: str
     measure: str
     reports: int
@@ -102,6 +110,7 @@ class Correction(BaseModel):
 
 class ViewHealth(BaseModel):
     """A view's days, newest window, late events and last data-quality check."""
+
     final_days: str
     provisional_days: str
     newest_window: datetime | None
@@ -111,6 +120,7 @@ class ViewHealth(BaseModel):
 
 class Health(BaseModel):
     """The serving side's health (``GET /health``)."""
+
     speed_layer: SpeedHealth
     batch_engine: dict[str, Any]
     speed_rows_written: datetime | None
@@ -125,16 +135,27 @@ def views(settings: Settings) -> list[ViewInfo]:
     days = engine.finality(settings)
     declared = settings.views
     batch, serving = versions.serving(settings, declared), versions.describe(settings, declared)
-    return [ViewInfo(
-        name=v.name, description=" ".join(v.description.split()), window=str(v.window), keys=list(v.keys),
-        measures=[m.name for m in v.measures],
-        approximate_in_speed=[m.name for m in v.measures if m.approximate_in_speed],
-        joins=[str(j) for j in v.joins], expectations=list(v.expectations),
-        tables=ViewTables(batch=batch[v.name], speed=f"{tables.SPEED_PARTIALS.path(settings)} "
-                                                     f"(partition view={v.name}, column {v.name})"),
-        version=serving[v.name], speed_states=list(state_columns(v)),
-        final_days=spans(days[v.name]["final"]), provisional_days=spans(days[v.name]["provisional"]),
-    ) for v in declared.values()]
+    return [
+        ViewInfo(
+            name=v.name,
+            description=" ".join(v.description.split()),
+            window=str(v.window),
+            keys=list(v.keys),
+            measures=[m.name for m in v.measures],
+            approximate_in_speed=[m.name for m in v.measures if m.approximate_in_speed],
+            joins=[str(j) for j in v.joins],
+            expectations=list(v.expectations),
+            tables=ViewTables(
+                batch=batch[v.name],
+                speed=f"{tables.SPEED_PARTIALS.path(settings)} (partition view={v.name}, column {v.name})",
+            ),
+            version=serving[v.name],
+            speed_states=list(state_columns(v)),
+            final_days=spans(days[v.name]["final"]),
+            provisional_days=spans(days[v.name]["provisional"]),
+        )
+        for v in declared.values()
+    ]
 
 
 def rows(settings: Settings, table: str, sql: str) -> list[dict]:
@@ -153,11 +174,16 @@ def rows(settings: Settings, table: str, sql: str) -> list[dict]:
 def quality(settings: Settings) -> Quality:
     """Where the Great Expectations Data Docs are, and each suite's last check."""
 
-    last = rows(settings, tables.QUALITY_RESULTS.name, (
-        "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
-        "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
-        "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
-        "GROUP BY ALL ORDER BY suite"))
+    last = rows(
+        settings,
+        tables.QUALITY_RESULTS.name,
+        (
+            "SELECT suite, checked_at, first_day, last_day, count_if(NOT success AND severity = 'critical') AS failed, "
+            "count_if(NOT success AND severity <> 'critical') AS warnings FROM quality_results "
+            "WHERE (suite, checked_at) IN (SELECT (suite, max(checked_at)) FROM quality_results GROUP BY suite) "
+            "GROUP BY ALL ORDER BY suite"
+        ),
+    )
     return Quality(data_docs=str(settings.data_docs), suites={r.pop("suite"): SuiteCheck(**r) for r in last})
 
 
@@ -165,10 +191,18 @@ def corrections(settings: Settings) -> list[Correction]:
     """Per view, how far its provisional speed rows were off when batch made days final: the last
     report (windows added, removed, changed; each measure's difference) and, over every report, each
     measure's mean relative difference."""
-    return [Correction(**r) for r in rows(settings, tables.CORRECTIONS.name, (
-        "SELECT view, measure, count(*) AS reports, avg(relative_difference) AS mean_relative_difference, "
-        "arg_max(struct_pack(first_day, last_day, added, removed, changed, difference, relative_difference), "
-        "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"))]
+    return [
+        Correction(**r)
+        for r in rows(
+            settings,
+            tables.CORRECTIONS.name,
+            (
+                "SELECT view, measure, count(*) AS reports, avg(relative_difference) AS mean_relative_difference, "
+                "arg_max(struct_pack(first_day, last_day, added, removed, changed, difference, relative_difference), "
+                "computed_at) AS last FROM corrections GROUP BY view, measure ORDER BY view, measure"
+            ),
+        )
+    ]
 
 
 def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
@@ -186,27 +220,44 @@ def health(settings: Settings) -> Health:
     last data-quality check."""
     speed = services.speed_health(settings)
     written = _last_commit(settings, tables.SPEED_PARTIALS)
-    late = {r["view"]: r for r in rows(settings, tables.LATE_EVENTS.name, "SELECT view, sum(events) AS events, "
-                                       "max(received_at) AS last FROM late_events GROUP BY view")}
-    [dead] = (rows(settings, tables.DEAD_LETTERS.name, "SELECT count(*) AS records FROM dead_letters")
-              or [{"records": 0}])
+    late = {
+        r["view"]: r
+        for r in rows(
+            settings,
+            tables.LATE_EVENTS.name,
+            "SELECT view, sum(events) AS events, max(received_at) AS last FROM late_events GROUP BY view",
+        )
+    }
+    [dead] = rows(settings, tables.DEAD_LETTERS.name, "SELECT count(*) AS records FROM dead_letters") or [
+        {"records": 0}
+    ]
     checks = quality(settings)
     per_view = {}
     for view in views(settings):
         newest = rows(settings, view.name, f'SELECT max(window_start) AS newest FROM "{view.name}"')
         per_view[view.name] = ViewHealth(
-            final_days=view.final_days, provisional_days=view.provisional_days,
+            final_days=view.final_days,
+            provisional_days=view.provisional_days,
             newest_window=newest[0]["newest"] if newest else None,
             late_events=int((late.get(view.name) or {}).get("events") or 0),
-            last_quality_check=checks.suites.get(f"view.{view.name}"))
+            last_quality_check=checks.suites.get(f"view.{view.name}"),
+        )
     return Health(
-        speed_layer=SpeedHealth(running=False, problem=services.speed_problem(settings)) if speed is None else
-        SpeedHealth(running=True, lag=speed.lag, watermark=speed.watermark, error=speed.error,
-                    problem=services.speed_problem(settings), last_micro_batch_finished=speed.progressed_at,
-                    last_micro_batch=speed.steps or None),
+        speed_layer=SpeedHealth(running=False, problem=services.speed_problem(settings))
+        if speed is None
+        else SpeedHealth(
+            running=True,
+            lag=speed.lag,
+            watermark=speed.watermark,
+            error=speed.error,
+            problem=services.speed_problem(settings),
+            last_micro_batch_finished=speed.progressed_at,
+            last_micro_batch=speed.steps or None,
+        ),
         batch_engine={key: value for key, value in asdict(batch_engine.status(settings)).items() if key != "pid"},
         speed_rows_written=written,
         speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),
         dead_letters=dead["records"],
         quality=RawEventsQuality(data_docs=checks.data_docs, raw_events=checks.suites.get("raw_events")),
-        views=per_view)
+        views=per_view,
+    )

@@ -35,9 +35,12 @@ def query(settings: Settings, sql: str) -> Rows | None:
         return None
     given = token(settings, settings.serve_host)
     try:
-        response = requests.post(settings.serve_url + "query", json={"sql": sql},
-                                 headers={"Authorization": f"Bearer {given}"} if given else {},
-                                 timeout=settings.query_timeout_seconds + 10)
+        response = requests.post(
+            settings.serve_url + "query",
+            json={"sql": sql},
+            headers={"Authorization": f"Bearer {given}"} if given else {},
+            timeout=settings.query_timeout_seconds + 10,
+        )
     except requests.RequestException:
         return None
     if response.status_code == 400:

@@ -53,9 +53,11 @@ from views import tables
 def base_tables(settings: Settings) -> tuple[str, ...]:
     """The deployment's tables besides the views, in the order they are read: the domain's dimensions and
     their changes, then the platform's (:data:`views.tables.PLATFORM`)."""
-    dimensions = (table for declared in settings.dimensions
-                  for table in (tables.changes(declared), tables.dimension(declared)))
+    dimensions = (
+        table for declared in settings.dimensions for table in (tables.changes(declared), tables.dimension(declared))
+    )
     return tuple(table.name for table in (*dimensions, *tables.PLATFORM))
+
 
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
 SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
@@ -84,12 +86,15 @@ def _speed_days(settings: Settings) -> dict[str, set[date]]:
 def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
     """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
     final = ledger.final_days(settings)
-    return {name: {"final": final.get(name, set()), "provisional": days - final.get(name, set())}
-            for name, days in _speed_days(settings).items()}
+    return {
+        name: {"final": final.get(name, set()), "provisional": days - final.get(name, set())}
+        for name, days in _speed_days(settings).items()
+    }
 
 
-def _appended(kept: list[ds.Fragment] | None, schema: pa.Schema | None,
-              after: ds.FileSystemDataset) -> ds.FileSystemDataset | None:
+def _appended(
+    kept: list[ds.Fragment] | None, schema: pa.Schema | None, after: ds.FileSystemDataset
+) -> ds.FileSystemDataset | None:
     """The files that dataset ``after`` adds to the files ``kept`` (of ``schema``), as a dataset, if it only
     adds files to them (as a micro-batch's commit does) with the same schema; else None."""
     if kept is None or schema != after.schema:
@@ -106,9 +111,12 @@ def _unread(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
     """``dataset`` over new fragments of the same files: a fragment once scanned keeps its file's Parquet
     metadata for as long as it lives (120 KB for a file of speed_partials), and a copy's files are scanned
     once, so the fragments the engine keeps must not be the ones it copies from."""
-    fragments = [dataset.format.make_fragment(fragment.path, dataset.filesystem,
-                                              partition_expression=fragment.partition_expression)
-                 for fragment in dataset.get_fragments()]
+    fragments = [
+        dataset.format.make_fragment(
+            fragment.path, dataset.filesystem, partition_expression=fragment.partition_expression
+        )
+        for fragment in dataset.get_fragments()
+    ]
     return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
@@ -120,8 +128,9 @@ def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
     for name, text in add["partitionValues"].items():
         kind = schema.field(name).type
         naive = pa.timestamp(kind.unit) if pa.types.is_timestamp(kind) and kind.tz else kind
-        expression &= (ds.field(name).is_null() if text is None
-                       else ds.field(name) == pa.scalar(text).cast(naive).cast(kind))
+        expression &= (
+            ds.field(name).is_null() if text is None else ds.field(name) == pa.scalar(text).cast(naive).cast(kind)
+        )
     stats = json.loads(add.get("stats") or "{}")
     low, high, nulls = (stats.get(key) or {} for key in ("minValues", "maxValues", "nullCount"))
     for name in low.keys() & high.keys() & set(schema.names):
@@ -206,9 +215,12 @@ class _Table:
         if not adds:
             return False
         assert self.fragments is not None and self._format is not None  # read on from a version read before
-        added = [self._format.make_fragment(unquote(add["path"]), self._filesystem,
-                                            partition_expression=_guarantee(add, self.schema))
-                 for add in adds]
+        added = [
+            self._format.make_fragment(
+                unquote(add["path"]), self._filesystem, partition_expression=_guarantee(add, self.schema)
+            )
+            for add in adds
+        ]
         self.appended = ds.FileSystemDataset(added, self.schema, self._format, self._filesystem)
         self.fragments, self._dataset = [*self.fragments, *added], None
         return True
@@ -272,8 +284,9 @@ class Engine:
         self._views = settings.views
         #: The tables by relation name; the batch tables last, since the version pointers name them.
         self._tables = {name: _Table(settings.table(name)) for name in base_tables(settings)}
-        self._tables.update({batch_relation(name): _Table(path)
-                             for name, path in versions.serving(settings, self._views, {}).items()})
+        self._tables.update(
+            {batch_relation(name): _Table(path) for name, path in versions.serving(settings, self._views, {}).items()}
+        )
         self._copies = itertools.count()
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
@@ -308,8 +321,13 @@ class Engine:
             present = {name for name, t in self._tables.items() if t.fragments is not None}
             registered: dict = {name: self._tables[name].dataset for name in present & SCANNED}
             registered.update(self._copy_all([name for name in changed if name in present - SCANNED]))
-            registered.update({name: data for name, data in self._state.tables.items()
-                               if name in present and name not in changed and isinstance(data, str)})
+            registered.update(
+                {
+                    name: data
+                    for name, data in self._state.tables.items()
+                    if name in present and name not in changed and isinstance(data, str)
+                }
+            )
             self._retired.update(_copies(self._state.tables) - _copies(registered))
             self._state = _State(registered, self._view_sql(registered))
             self._drop_unused()
@@ -343,9 +361,11 @@ class Engine:
             self._drop_unused()
             for table in names:
                 self._tables[table].forget()
-            raise sandbox.QueryError(f"table {name} does not fit in the query engine's memory limit, "
-                                     f"{sandbox.memory_limit_of(self._db)}; raise the setting "
-                                     f"query_memory_limit") from None
+            raise sandbox.QueryError(
+                f"table {name} does not fit in the query engine's memory limit, "
+                f"{sandbox.memory_limit_of(self._db)}; raise the setting "
+                f"query_memory_limit"
+            ) from None
         return copies
 
     def _copy(self, name: str, previous) -> str:
@@ -361,8 +381,11 @@ class Engine:
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
         self._db.register("_version", _unread(table.appended if grown else table.dataset))
         try:
-            self._db.execute(f'INSERT INTO "{copy}" FROM _version{order}' if grown
-                             else f'CREATE TABLE "{copy}" AS FROM _version{order}')
+            self._db.execute(
+                f'INSERT INTO "{copy}" FROM _version{order}'
+                if grown
+                else f'CREATE TABLE "{copy}" AS FROM _version{order}'
+            )
         finally:
             self._db.unregister("_version")
         self._copied[name] += 1
@@ -399,8 +422,11 @@ class Engine:
         if names is None or not names <= views.keys() | known.keys():
             return None, tree
         merged = {tables.SERVING_STATE.name, tables.SERVING_VERSIONS.name, tables.SPEED_PARTIALS.name}
-        return {table for name in names for table in (
-            {batch_relation(views[name]), *merged} if name in views else {known[name]})}, tree
+        return {
+            table
+            for name in names
+            for table in ({batch_relation(views[name]), *merged} if name in views else {known[name]})
+        }, tree
 
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
@@ -442,8 +468,11 @@ class Engine:
     def _run(self, cursor: _Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``; if it runs longer, stop it and
         run it again in the slow lane until its time limit (waiting its turn counts)."""
-        limit, fast, rows = (self.settings.query_timeout_seconds, self.settings.query_fast_lane_seconds,
-                             self.settings.query_max_rows)
+        limit, fast, rows = (
+            self.settings.query_timeout_seconds,
+            self.settings.query_fast_lane_seconds,
+            self.settings.query_max_rows,
+        )
         con, deadline = cursor.con, time.monotonic() + limit
         try:
             return sandbox.run(con, sql, min(fast, limit), rows, params)

@@ -23,9 +23,13 @@ DENIED_FUNCTIONS = frozenset({"current_setting", "getenv"})
 FROM_ITEMS = frozenset({"SUBQUERY", "JOIN", "EXPRESSION_LIST", "PIVOT", "EMPTY"})
 #: No files, network or extensions, no Python variable read as a table (DuckDB's replacement scan), and
 #: no spilling to disk (an in-memory database would spill into ``.tmp`` of the working directory).
-CONFIG: dict[str, bool | str] = {"enable_external_access": False, "python_enable_replacements": False,
-                                 "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                                 "temp_directory": ""}
+CONFIG: dict[str, bool | str] = {
+    "enable_external_access": False,
+    "python_enable_replacements": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "temp_directory": "",
+}
 
 
 class QueryError(ValueError):
@@ -36,8 +40,10 @@ class TimeLimit(QueryError):
     """A query stopped at its time limit."""
 
     def __init__(self, seconds: float):
-        super().__init__(f"stopped after {seconds:g} s, the time limit (setting query_timeout_seconds); "
-                         f"narrow the query with WHERE or aggregate")
+        super().__init__(
+            f"stopped after {seconds:g} s, the time limit (setting query_timeout_seconds); "
+            f"narrow the query with WHERE or aggregate"
+        )
 
 
 def _one_line(error: object) -> str:
@@ -66,8 +72,10 @@ TOO_DEEP = "refused: expressions nested too deeply; write the query flatter"
 def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
     with con.cursor() as fresh:  # ``con`` may be interrupted still (:func:`_interrupt_after`)
         limit = memory_limit_of(fresh)
-    return QueryError(f"refused: needs more memory than the limit, {limit} (setting query_memory_limit); "
-                      f"narrow the query with WHERE or aggregate")
+    return QueryError(
+        f"refused: needs more memory than the limit, {limit} (setting query_memory_limit); "
+        f"narrow the query with WHERE or aggregate"
+    )
 
 
 #: The longest query text the sandbox parses, in characters: far more than a person or a dashboard
@@ -83,8 +91,9 @@ def parse(con: duckdb.DuckDBPyConnection, sql: str) -> dict:
     every request waited the second a nest of 100,000 parentheses took to refuse); only a statement
     that parsed but is not a SELECT is read again, to name it."""
     if len(sql) > MAX_SQL_CHARS:
-        raise QueryError(f"refused: the query is {len(sql):,} characters long, over the limit of "
-                         f"{MAX_SQL_CHARS:,}; write it shorter")
+        raise QueryError(
+            f"refused: the query is {len(sql):,} characters long, over the limit of {MAX_SQL_CHARS:,}; write it shorter"
+        )
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()[0][0])
     except RecursionError:  # the decoder's depth: far past any query a person writes
@@ -161,10 +170,16 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
     elif kind == "TABLE_FUNCTION":
         function = ref["function"]
         name = function.get("function_name", "")
-        if function["class"] != "FUNCTION" or function["schema"] or function["catalog"] \
-                or name.lower() not in TABLE_FUNCTIONS:
-            raise QueryError(f"table function {name or function['class'].lower()}() is not allowed; "
-                             f"only {', '.join(sorted(TABLE_FUNCTIONS))}")
+        if (
+            function["class"] != "FUNCTION"
+            or function["schema"]
+            or function["catalog"]
+            or name.lower() not in TABLE_FUNCTIONS
+        ):
+            raise QueryError(
+                f"table function {name or function['class'].lower()}() is not allowed; "
+                f"only {', '.join(sorted(TABLE_FUNCTIONS))}"
+            )
     elif kind == "SHOW_REF":
         raise QueryError("DESCRIBE, SHOW and SUMMARIZE are not allowed; query the views and tables")
     elif kind not in FROM_ITEMS:
@@ -185,8 +200,9 @@ def _interrupt_after(con: duckdb.DuckDBPyConnection, timeout: float, done: threa
         con.interrupt()
 
 
-def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int,
-        params: dict | None = None) -> tuple[list[str], list[tuple]]:
+def run(
+    con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int, params: dict | None = None
+) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
     seconds, refused beyond ``max_rows`` rows."""
     done = threading.Event()

@@ -25,9 +25,10 @@ def main() -> int:
             start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])
     except resume.CheckpointLost as lost:
         print(f"speed layer: {lost}", file=sys.stderr)
-        speed_report.write(settings.speed_health_file,
-                           speed_report.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                               str(lost)))
+        speed_report.write(
+            settings.speed_health_file,
+            speed_report.Health(os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), str(lost)),
+        )
         return 2
     with timed(startup, "Spark session"):
         spark = sparks.session(settings, "lambdalake-speed")

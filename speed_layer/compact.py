@@ -48,9 +48,12 @@ def _fold(view: View, partials: DataFrame) -> DataFrame:
     fields = cast(T.StructType, partials.schema[view.name].dataType)  # a view's column is a struct
     groups = ("window_start", "window_end", *view.keys)
     states = compile.merged(view)
-    folded = (partials.select(f"`{view.name}`.*").groupBy(*groups)
-              .agg(*(F.expr(sql).alias(c) for c, sql in states.items()))
-              .where(F.col(compile.ROWS) > 0))
+    folded = (
+        partials.select(f"`{view.name}`.*")
+        .groupBy(*groups)
+        .agg(*(F.expr(sql).alias(c) for c, sql in states.items()))
+        .where(F.col(compile.ROWS) > 0)
+    )
     typed = folded.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in fields.fields))
     return compile.packed(view, typed)
 
@@ -60,8 +63,11 @@ def _crowded_hours(path: str) -> dict[str, list[datetime]]:
     counts its Delta log keeps per file."""
     files = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))
     rows = files.append_column("rows", pc.fill_null(files["num_records"], 2))  # a file not counted may hold two
-    hours = (rows.group_by(["partition.view", "partition.window_hour"]).aggregate([("rows", "sum")])
-             .filter(pc.field("rows_sum") > 1))
+    hours = (
+        rows.group_by(["partition.view", "partition.window_hour"])
+        .aggregate([("rows", "sum")])
+        .filter(pc.field("rows_sum") > 1)
+    )
     crowded = defaultdict(list)
     for row in hours.to_pylist():
         crowded[row["partition.view"]].append(row["partition.window_hour"])
@@ -91,26 +97,40 @@ def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
     if newest is None:
         return {}
     watermark = newest - state.duration(settings.watermark)
-    closed = {view: hours for view in settings.views.values()
-              if (hours := [h for h in crowded.get(view.name, ()) if h <= last_closed_hour(view, watermark)])}
+    closed = {
+        view: hours
+        for view in settings.views.values()
+        if (hours := [h for h in crowded.get(view.name, ()) if h <= last_closed_hour(view, watermark)])
+    }
     if not closed:
         return {}
     table = tables.SPEED_PARTIALS.read(spark, settings)
     done = {}
     for view, candidates in closed.items():
         windows = F.struct(*(F.col(f"`{view.name}`.{c}") for c in ("window_start", *view.keys)))
-        hours = [r.hour for r in table.where((F.col("view") == view.name) & F.col("window_hour").isin(candidates))
-                 .groupBy(F.date_format("window_hour", "yyyy-MM-dd HH:mm:ss").alias("hour"))
-                 .agg(F.count(F.lit(1)).alias("rows"), F.count_distinct(windows).alias("windows"))
-                 .where("rows > windows").collect()]
+        hours = [
+            r.hour
+            for r in table.where((F.col("view") == view.name) & F.col("window_hour").isin(candidates))
+            .groupBy(F.date_format("window_hour", "yyyy-MM-dd HH:mm:ss").alias("hour"))
+            .agg(F.count(F.lit(1)).alias("rows"), F.count_distinct(windows).alias("windows"))
+            .where("rows > windows")
+            .collect()
+        ]
         if not hours:
             continue
         where = f"view = '{view.name}' AND window_hour IN ({', '.join(f'TIMESTAMP {h!r}' for h in hours)})"
 
         def fold(view: View = view, where: str = where) -> None:  # again on the table's newest version if the
             current = tables.SPEED_PARTIALS.read(spark, settings)  # speed layer packed these hours meanwhile
-            (_fold(view, current.where(where)).unionByName(current.limit(0), allowMissingColumns=True)
-             .select(*current.columns).write.format("delta").mode("overwrite").option("replaceWhere", where).save(path))
+            (
+                _fold(view, current.where(where))
+                .unionByName(current.limit(0), allowMissingColumns=True)
+                .select(*current.columns)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", where)
+                .save(path)
+            )
 
         delta.retried(fold)
         done[view.name] = len(hours)

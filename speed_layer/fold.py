@@ -58,8 +58,9 @@ VIEW_THREADS = 2
 class Fold:
     """The speed layer's work on one micro-batch, and the state it keeps between them."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, views: list[View], app_id: str,
-                 driver_bytes: int = DRIVER_BYTES) -> None:
+    def __init__(
+        self, spark: SparkSession, settings: Settings, views: list[View], app_id: str, driver_bytes: int = DRIVER_BYTES
+    ) -> None:
         self.settings, self.views, self.driver_bytes = settings, views, driver_bytes
         self.appends = delta.BatchAppends(app_id)
         self.packer = packing.Packer()
@@ -70,14 +71,23 @@ class Fold:
         #: A cursor per view, and threads to fold the views side by side.
         self.cursors = [self.db.cursor() for _ in views]
         self.pool = ThreadPoolExecutor(VIEW_THREADS, "fold-views")
-        self.state = state.restore(self.db, tables.RAW_EVENTS.path(settings), self.source.columns, views,
-                                   state.duration(settings.watermark))
-        empty = events.parse(spark.createDataFrame([], events.KAFKA_RECORD), self.source,
-                             settings.max_payload_bytes, settings.future_horizon_seconds)
+        self.state = state.restore(
+            self.db, tables.RAW_EVENTS.path(settings), self.source.columns, views, state.duration(settings.watermark)
+        )
+        empty = events.parse(
+            spark.createDataFrame([], events.KAFKA_RECORD),
+            self.source,
+            settings.max_payload_bytes,
+            settings.future_horizon_seconds,
+        )
         self.partials_schema = _partials_schema(spark, settings, views, empty) if views else None
         if self.partials_schema is not None:  # made with its properties (and given them) before its first commit
-            delta.ensure(tables.SPEED_PARTIALS.path(settings), self.partials_schema, tables.SPEED_PARTIALS.partition_by,
-                         {**dict(tables.SPEED_PARTIALS.properties), **delta.retention_properties(settings)})
+            delta.ensure(
+                tables.SPEED_PARTIALS.path(settings),
+                self.partials_schema,
+                tables.SPEED_PARTIALS.partition_by,
+                {**dict(tables.SPEED_PARTIALS.properties), **delta.retention_properties(settings)},
+            )
         self.dead_schema = delta.arrow_schema(events.dead_letters(empty).schema)
         self.dimensions: dict[str, deltalake.DeltaTable] = {}
         #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
@@ -90,13 +100,17 @@ class Fold:
         with timed(steps, "keep state"):
             self.state.advance(counted.newest)
         self.timings = steps
-        for name, count in (("records", counted.total), ("dead_letters", counted.dead),
-                            ("late_events", counted.behind)):
+        for name, count in (
+            ("records", counted.total),
+            ("dead_letters", counted.dead),
+            ("late_events", counted.behind),
+        ):
             self.totals[name] += count
 
     def _parse(self, records: DataFrame, ingested_at: datetime) -> DataFrame:
-        return events.parse(records, self.source, self.settings.max_payload_bytes,
-                            self.settings.future_horizon_seconds, ingested_at)
+        return events.parse(
+            records, self.source, self.settings.max_payload_bytes, self.settings.future_horizon_seconds, ingested_at
+        )
 
     def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Land ``records`` and fold their new events into every view."""
@@ -112,13 +126,16 @@ class Fold:
             late = late_events.count(counted, self.views, finals, batch_id)
         with timed(steps, "dead letters"):
             dead = self._dead_letters(records, rows, ingested_at) if counted.dead else None
-        side = [(dead, tables.DEAD_LETTERS) if dead is not None else None,
-                (late, tables.LATE_EVENTS) if late.num_rows else None]
+        side = [
+            (dead, tables.DEAD_LETTERS) if dead is not None else None,
+            (late, tables.LATE_EVENTS) if late.num_rows else None,
+        ]
         landed = rows.filter(pc.is_null(rows["reason"])).drop_columns(["reason", "size", "raw"])
         with ThreadPoolExecutor(3) as pool:  # independent commits overlap the views and one another;
             # raw_events goes last
-            done: list[Future[object]] = [pool.submit(self._commit, steps, batch_id, *write)
-                                          for write in filter(None, side)]
+            done: list[Future[object]] = [
+                pool.submit(self._commit, steps, batch_id, *write) for write in filter(None, side)
+            ]
             if self.views:
                 with timed(steps, "dedupe"):
                     self._new(landed)
@@ -141,16 +158,19 @@ class Fold:
         if some were too long to collect: those are parsed again at ``ingested_at``, which gives them the
         same reasons."""
         dead = rows.filter(pc.is_valid(rows["reason"]))
-        letters = _conformed(dead.select(["topic", "partition", "offset", "kafka_timestamp", "key", "raw", "reason"])
-                             .append_column("dead_lettered_at", dead["ingested_at"])
-                             .append_column("dead_letter_date", pc.cast(dead["ingested_at"], pa.date32())),
-                             self.dead_schema)
+        letters = _conformed(
+            dead.select(["topic", "partition", "offset", "kafka_timestamp", "key", "raw", "reason"])
+            .append_column("dead_lettered_at", dead["ingested_at"])
+            .append_column("dead_letter_date", pc.cast(dead["ingested_at"], pa.date32())),
+            self.dead_schema,
+        )
         too_long = pc.fill_null(pc.greater(dead["size"], self.driver_bytes), False)  # no value: no size
         if not pc.any(too_long).as_py():
             return letters
         again = self._parse(records.where(F.length("value") > self.driver_bytes), ingested_at)
         return records.sparkSession.createDataFrame(letters.filter(pc.invert(too_long))).unionByName(
-            events.dead_letters(again))
+            events.dead_letters(again)
+        )
 
     def _commit(self, steps: dict[str, float], batch_id: int, rows: DataFrame | pa.Table, table: tables.Table) -> None:
         """Append ``rows`` to ``table`` unless this micro-batch was committed there: rows in the driver
@@ -165,15 +185,19 @@ class Fold:
         """The first copy of each event of ``landed`` that is not late and was not seen before, as the
         table :data:`views.sql.NEW`."""
         order = ", ".join(map(sql.quoted, compile.RECEIPT_ORDER))
-        firsts = (f"SELECT {', '.join(self.source.columns)} FROM landed WHERE event_time >= ? OR ? IS NULL "
-                  f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1")
+        firsts = (
+            f"SELECT {', '.join(self.source.columns)} FROM landed WHERE event_time >= ? OR ? IS NULL "
+            f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+        )
         self.db.register("landed", landed)
         watermark = self.state.watermark
         # the ids seen before are found by probing the recent events with the micro-batch's (a semi join
         # hashes its small side), not by hashing every recent id for the anti join, each micro-batch
         seen = f"SELECT event_id FROM {sql.RECENT} WHERE event_id IN (SELECT event_id FROM landed)"
-        self.db.execute(f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) "
-                        f"WHERE event_id NOT IN ({seen})", [watermark, watermark])
+        self.db.execute(
+            f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) WHERE event_id NOT IN ({seen})",
+            [watermark, watermark],
+        )
         self.db.unregister("landed")
 
     def _partials(self, steps: dict[str, float]) -> pa.Table:
@@ -186,8 +210,9 @@ class Fold:
                 self.dimensions[table].update_incremental()
             else:
                 self.dimensions[table] = deltalake.DeltaTable(self.settings.table(table))
-            current[sql.dimension(table)] = self.dimensions[table].to_pyarrow_dataset().filter(
-                ds.field("valid_to").is_null())
+            current[sql.dimension(table)] = (
+                self.dimensions[table].to_pyarrow_dataset().filter(ds.field("valid_to").is_null())
+            )
 
         def partials(view: View, cursor: duckdb.DuckDBPyConnection) -> pa.Table:
             with timed(steps, f"view {view.name}"):
@@ -207,11 +232,20 @@ def _partials_schema(spark: SparkSession, settings: Settings, views: list[View],
     from ``empty``, a parse of none, and of empty dimensions of their tables' columns; Spark's own read of
     a Delta table, the first in a new JVM, would take 3 s of the speed layer's start)."""
     none = events.landed(empty, settings.source)
-    dimensions = {name: spark.createDataFrame(tables.columns(settings.table(name)).empty_table())
-                  for view in views for name in compile.dimension_tables(view)}
-    packed = [compile.packed(view, compile.aggregate(view, compile.enrich(view, compile.prepare(view, none),
-                                                                          dimensions, as_of=False), exact=False))
-              for view in views]
+    dimensions = {
+        name: spark.createDataFrame(tables.columns(settings.table(name)).empty_table())
+        for view in views
+        for name in compile.dimension_tables(view)
+    }
+    packed = [
+        compile.packed(
+            view,
+            compile.aggregate(
+                view, compile.enrich(view, compile.prepare(view, none), dimensions, as_of=False), exact=False
+            ),
+        )
+        for view in views
+    ]
     union = packed[0]
     for other in packed[1:]:
         union = union.unionByName(other, allowMissingColumns=True)
@@ -220,8 +254,10 @@ def _partials_schema(spark: SparkSession, settings: Settings, views: list[View],
 
 def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """``rows`` with ``schema``'s columns, in its order and types (a column it lacks: nulls)."""
-    return pa.table([rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-                     for f in schema], schema=schema)
+    return pa.table(
+        [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema],
+        schema=schema,
+    )
 
 
 @contextmanager

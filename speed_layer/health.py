@@ -42,10 +42,14 @@ def _finished(progress: dict) -> float:
 
 def _query(query: StreamingQuery, progress: dict) -> QueryHealth:
     return QueryHealth(
-        active=query.isActive, batch_id=progress.get("batchId"), last_progress=progress.get("timestamp"),
-        input_rows=progress.get("numInputRows"), input_rows_per_second=progress.get("inputRowsPerSecond"),
+        active=query.isActive,
+        batch_id=progress.get("batchId"),
+        last_progress=progress.get("timestamp"),
+        input_rows=progress.get("numInputRows"),
+        input_rows_per_second=progress.get("inputRowsPerSecond"),
         processed_rows_per_second=progress.get("processedRowsPerSecond"),
-        durations_ms=progress.get("durationMs") or {})
+        durations_ms=progress.get("durationMs") or {},
+    )
 
 
 class Monitor:
@@ -54,8 +58,15 @@ class Monitor:
     (:class:`~speed_layer.lag.Meter`) and the durations of its recent micro-batches with input, learnt
     from its progress reports as they come."""
 
-    def __init__(self, settings: Settings, events: StreamingQuery, fold, others: list[StreamingQuery],
-                 starting_offsets: str, startup: dict[str, float]):
+    def __init__(
+        self,
+        settings: Settings,
+        events: StreamingQuery,
+        fold,
+        others: list[StreamingQuery],
+        starting_offsets: str,
+        startup: dict[str, float],
+    ):
         self._settings, self._events, self._fold, self._others = settings, events, fold, others
         self._startup = startup
         self._meter, self._started = Meter(settings, starting_offsets), time.time()
@@ -73,14 +84,20 @@ class Monitor:
                 self._recent.append(landing["durationMs"].get("triggerExecution", 0) / 1000)
         lag, floor = self._meter.measure(), self._settings.speed_stall_seconds
         return Health(
-            pid=os.getpid(), updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), error=error,
-            lag=lag.records, end_offsets=lag.end_offsets, processed_offsets=lag.processed_offsets,
-            progressed_at=datetime.fromtimestamp(_finished(landing) if landing else self._started,
-                                                 UTC).isoformat(),
+            pid=os.getpid(),
+            updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            error=error,
+            lag=lag.records,
+            end_offsets=lag.end_offsets,
+            processed_offsets=lag.processed_offsets,
+            progressed_at=datetime.fromtimestamp(_finished(landing) if landing else self._started, UTC).isoformat(),
             stall_after_seconds=max(floor, STALL_FACTOR * statistics.median(self._recent)) if self._recent else floor,
             watermark=self._fold.state.watermark.isoformat() if self._fold.state.watermark else None,
-            totals=dict(self._fold.totals), steps=dict(self._fold.timings), startup=self._startup,
-            queries={q.name: _query(q, progress[q.name]) for q in queries})
+            totals=dict(self._fold.totals),
+            steps=dict(self._fold.timings),
+            startup=self._startup,
+            queries={q.name: _query(q, progress[q.name]) for q in queries},
+        )
 
     def close(self) -> None:
         self._meter.close()

@@ -60,13 +60,24 @@ def tallied(rows: pa.Table, watermark: datetime | None) -> Tally:
     ``watermark`` or not."""
     fine = pc.is_null(rows["reason"])
     valid, dead = rows.filter(fine), rows.filter(pc.invert(fine))
-    behind = (pc.fill_null(pc.less(valid["event_time"], watermark), False) if watermark is not None
-              else pa.array([False] * valid.num_rows))
-    groups = (valid.select(["event_type", "event_date"]).append_column(BEHIND, behind)
-              .group_by(["event_type", "event_date", BEHIND]).aggregate([([], "count_all")]))
-    return Tally(valid.num_rows, pc.sum(behind).as_py() or 0, dead.num_rows, pc.max(valid["event_time"]).as_py(),
-                 tuple(zip(*(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all")),
-                           strict=True)))
+    behind = (
+        pc.fill_null(pc.less(valid["event_time"], watermark), False)
+        if watermark is not None
+        else pa.array([False] * valid.num_rows)
+    )
+    groups = (
+        valid.select(["event_type", "event_date"])
+        .append_column(BEHIND, behind)
+        .group_by(["event_type", "event_date", BEHIND])
+        .aggregate([([], "count_all")])
+    )
+    return Tally(
+        valid.num_rows,
+        pc.sum(behind).as_py() or 0,
+        dead.num_rows,
+        pc.max(valid["event_time"]).as_py(),
+        tuple(zip(*(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all")), strict=True)),
+    )
 
 
 def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:
@@ -79,5 +90,10 @@ def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: 
             if event_type in view.event_types and (behind_mark or (final is not None and day <= final)):
                 late[view.name, day] += n
     now = datetime.now(UTC)
-    return pa.Table.from_pylist([{"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
-                                 for (view, day), events in sorted(late.items())], tables.LATE_EVENTS.schema)
+    return pa.Table.from_pylist(
+        [
+            {"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
+            for (view, day), events in sorted(late.items())
+        ],
+        tables.LATE_EVENTS.schema,
+    )

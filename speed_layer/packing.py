@@ -86,8 +86,9 @@ class Packer:
             log.info("packed %d files of %s into %d", metrics["numFilesRemoved"], path, metrics["numFilesAdded"])
 
     def _compact(self, path: str, where: FilterConjunctionType | None) -> dict[str, Any]:
-        return deltalake.DeltaTable(path).optimize.compact(partition_filters=where, target_size=self.target,
-                                                           max_concurrent_tasks=1)
+        return deltalake.DeltaTable(path).optimize.compact(
+            partition_filters=where, target_size=self.target, max_concurrent_tasks=1
+        )
 
 
 def _partition_value(value: object) -> str:

@@ -30,21 +30,28 @@ CONSUMER = {"kafka.fetch.max.wait.ms": "10"}
 def kafka_source(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
     """The records of ``topic`` as they come, from ``starting_offsets``, at most ``max_offsets_per_trigger``
     a micro-batch."""
-    return (spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-            .options(**CONSUMER)
-            .option("subscribe", topic)
-            .option("startingOffsets", starting_offsets)
-            .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-            .load())
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**CONSUMER)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+        .load()
+    )
 
 
 def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: float) -> StreamingQuery:
     """A micro-batch at most every ``seconds``: back to back while a backlog lasts."""
-    return (rows.writeStream.queryName(name).outputMode("append").foreachBatch(each_batch)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime=f"{int(seconds * 1000)} milliseconds").start())
+    return (
+        rows.writeStream.queryName(name)
+        .outputMode("append")
+        .foreachBatch(each_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{int(seconds * 1000)} milliseconds")
+        .start()
+    )
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -52,15 +59,20 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     empty = spark.createDataFrame([], events.KAFKA_RECORD)
     retention = delta.retention_properties(settings)  # set now: a later change would race the stream's commits
     parsed = events.parse(empty, settings.source, settings.max_payload_bytes, settings.future_horizon_seconds)
-    for table, schema in ((tables.RAW_EVENTS, events.landed(parsed, settings.source).schema),
-                          (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
-                          (tables.LATE_EVENTS, tables.LATE_EVENTS.schema)):
+    for table, schema in (
+        (tables.RAW_EVENTS, events.landed(parsed, settings.source).schema),
+        (tables.DEAD_LETTERS, events.dead_letters(parsed).schema),
+        (tables.LATE_EVENTS, tables.LATE_EVENTS.schema),
+    ):
         delta.ensure(table.path(settings), schema, table.partition_by, {**dict(table.properties), **retention})
     for dimension in settings.dimensions:
         changes = changelog.changes(changelog.parse(empty, dimension), dimension)
         delta.ensure(tables.changes(dimension).path(settings), changes.schema, properties=retention)
-        delta.ensure(tables.dimension(dimension).path(settings), changelog.dimension(changes, dimension).schema,
-                     properties=retention)
+        delta.ensure(
+            tables.dimension(dimension).path(settings),
+            changelog.dimension(changes, dimension).schema,
+            properties=retention,
+        )
 
 
 def speed_views(settings: Settings) -> list[View]:
@@ -81,8 +93,13 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
     """
     app_id, starting_offsets = start
     fold = Fold(spark, settings, speed_views(settings), app_id)
-    query = _start(kafka_source(spark, settings, settings.topic, starting_offsets), LANDING,
-                   settings.checkpoints / LANDING, fold, settings.trigger_seconds)
+    query = _start(
+        kafka_source(spark, settings, settings.topic, starting_offsets),
+        LANDING,
+        settings.checkpoints / LANDING,
+        fold,
+        settings.trigger_seconds,
+    )
     return query, fold
 
 
@@ -102,9 +119,20 @@ def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelo
         if not changes.isEmpty():
             appends.append(changes, changes_table.path(settings), batch_id)
             landed = changes_table.read(records.sparkSession, settings)
-            delta.retried(lambda: changelog.dimension(landed, dimension).write.format("delta").mode("overwrite").save(
-                dimension_table.path(settings)))  # again if it lost a race to maintenance's properties
+            delta.retried(
+                lambda: (
+                    changelog.dimension(landed, dimension)
+                    .write.format("delta")
+                    .mode("overwrite")
+                    .save(dimension_table.path(settings))
+                )
+            )  # again if it lost a race to maintenance's properties
         parsed.unpersist()
 
-    return _start(kafka_source(spark, settings, settings.topic_of(dimension.topic), "earliest"), dimension.name,
-                  checkpoint, land, settings.dimension_trigger_seconds)
+    return _start(
+        kafka_source(spark, settings, settings.topic_of(dimension.topic), "earliest"),
+        dimension.name,
+        checkpoint,
+        land,
+        settings.dimension_trigger_seconds,
+    )

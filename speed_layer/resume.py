@@ -16,10 +16,12 @@ from infra.settings import Settings
 from views import tables
 
 EARLIEST = -2  # Kafka's "earliest" in Spark's startingOffsets JSON
-LOST_HINT = ("Kafka no longer holds offsets the speed layer still needs (retention deleted them before "
-             "they were landed); those records are lost unless producers resend them. Ways out: have them "
-             "resent, or move the landing checkpoint aside and run `lambdalake speed start "
-             "--resume-from-tables` to go on from the oldest records Kafka still holds")
+LOST_HINT = (
+    "Kafka no longer holds offsets the speed layer still needs (retention deleted them before "
+    "they were landed); those records are lost unless producers resend them. Ways out: have them "
+    "resent, or move the landing checkpoint aside and run `lambdalake speed start "
+    "--resume-from-tables` to go on from the oldest records Kafka still holds"
+)
 
 
 class CheckpointLost(RuntimeError):
@@ -70,7 +72,8 @@ def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str
             f"the landing checkpoint {landing} is missing, but records were landed already ({where}); "
             f"restarting from Kafka's earliest offsets would land them twice. Ways out: restore the "
             f"checkpoint folder, or run `lambdalake speed start --resume-from-tables` to go on after the "
-            f"highest offset landed in each partition")
+            f"highest offset landed in each partition"
+        )
     if not landed:
         return app, "earliest"
     oldest = kafka.beginning_offsets(settings, settings.topic)

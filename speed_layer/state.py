@@ -76,8 +76,9 @@ class State:
         self.db.execute(f"DELETE FROM {sql.RECENT} WHERE event_time < ?", [self.horizon])
         for view in self.views:
             if isinstance(view.window, Session):
-                self.db.execute(f"DELETE FROM {sql.open_sessions(view)} WHERE last < ?",
-                                [self.watermark - view.session.gap])
+                self.db.execute(
+                    f"DELETE FROM {sql.open_sessions(view)} WHERE last < ?", [self.watermark - view.session.gap]
+                )
 
 
 def newest_event(path: str) -> datetime | None:
@@ -87,13 +88,17 @@ def newest_event(path: str) -> datetime | None:
     days = [p["event_date"] for p in table.partitions() if p.get("event_date")]
     if not days:
         return None
-    newest = pc.max(table.to_pyarrow_dataset(file_pruning_predicate=[("event_date", "=", max(days))])
-                    .to_table(columns=["event_time"])["event_time"]).as_py()
+    newest = pc.max(
+        table.to_pyarrow_dataset(file_pruning_predicate=[("event_date", "=", max(days))]).to_table(
+            columns=["event_time"]
+        )["event_time"]
+    ).as_py()
     return newest and newest.astimezone(UTC)
 
 
-def restore(db: duckdb.DuckDBPyConnection, raw_events: str, columns: tuple[str, ...], views: list[View],
-            delay: timedelta) -> State:
+def restore(
+    db: duckdb.DuckDBPyConnection, raw_events: str, columns: tuple[str, ...], views: list[View], delay: timedelta
+) -> State:
     """The state after the micro-batches landed in the raw_events table at ``raw_events`` (its event
     ``columns`` kept), in ``db``'s tables.
 
@@ -110,11 +115,15 @@ def restore(db: duckdb.DuckDBPyConnection, raw_events: str, columns: tuple[str, 
     db.register("_landed", landed)
     order = ", ".join(map(sql.quoted, compile.RECEIPT_ORDER))
     firsts = f"SELECT * FROM _landed QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
-    before = ("SELECT ingested_at, max(max(event_time)) OVER (ORDER BY ingested_at ROWS BETWEEN UNBOUNDED "
-              "PRECEDING AND 1 PRECEDING) AS _before FROM _landed GROUP BY ingested_at")
-    db.execute(f"CREATE TEMP TABLE _counted AS SELECT {', '.join(columns)} FROM ({firsts}) JOIN ({before}) "
-               f"USING (ingested_at) WHERE _before IS NULL OR event_time >= _before - INTERVAL "
-               f"'{delay.total_seconds()} seconds'")
+    before = (
+        "SELECT ingested_at, max(max(event_time)) OVER (ORDER BY ingested_at ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND 1 PRECEDING) AS _before FROM _landed GROUP BY ingested_at"
+    )
+    db.execute(
+        f"CREATE TEMP TABLE _counted AS SELECT {', '.join(columns)} FROM ({firsts}) JOIN ({before}) "
+        f"USING (ingested_at) WHERE _before IS NULL OR event_time >= _before - INTERVAL "
+        f"'{delay.total_seconds()} seconds'"
+    )
     db.execute(f"CREATE TABLE {sql.RECENT} AS SELECT * FROM _counted")
     for view in views:
         if isinstance(view.window, Session):

@@ -56,6 +56,7 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
                 if "navigat" in (error.msg or ""):
                     return False
                 raise
+
         return wait.until(look)
 
     browser.get(f"{settings.airflow_url}/dags/{dag}")  # Airflow sends the browser to its login page first
@@ -76,6 +77,7 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     find("//button[normalize-space()='Run Backfill']").click()
 
     client = airflow.AirflowClient(settings)
+
     def created() -> list[airflow.DagRun] | None:
         runs = [r for r in client.dag_runs(dag) if r.run_type == "backfill"]
         return runs if len(runs) >= len(days) else None
@@ -87,13 +89,18 @@ def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeou
     states = client.wait_for_runs(dag, [r.run_id for r in runs], timeout=timeout)
 
     browser.get(f"{settings.airflow_url}/dags/{dag}/runs")  # the UI lists them: backfill runs, succeeded
-    cells = lambda column: [c.text for c in browser.find_elements(  # noqa: E731
-        By.XPATH, f"//table[@data-testid='table-list']//td[@data-testid='table-cell-{column}']")]
-    # strict=False: the columns are read one after the other, and the table may change between the reads
-    listed = lambda: sorted((run_id, state) for run_id, state, kind  # noqa: E731
-                            in zip(cells("dag_run_id"), cells("state"), cells("run_type"), strict=False)
-                            if kind == "Backfill")
+
+    def cells(column: str) -> list[str]:
+        path = f"//table[@data-testid='table-list']//td[@data-testid='table-cell-{column}']"
+        return [c.text for c in browser.find_elements(By.XPATH, path)]
+
+    def listed() -> list[tuple[str, str]]:
+        # strict=False: the columns are read one after the other, and the table may change between the reads
+        rows = zip(cells("dag_run_id"), cells("state"), cells("run_type"), strict=False)
+        return sorted((run_id, state) for run_id, state, kind in rows if kind == "Backfill")
+
     WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
-        lambda _: listed() == sorted((run_id, "Success") for run_id in states))
+        lambda _: listed() == sorted((run_id, "Success") for run_id in states)
+    )
     screenshot(browser, "airflow-backfill-done.png")
     return states

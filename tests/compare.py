@@ -23,8 +23,10 @@ def within_sketch_error(estimate: int, exact: int) -> bool:
 
 def keyed(view, rows: list[dict]) -> dict:
     """Rows by (window_start, *keys), their window bounds as aware UTC datetimes."""
-    rows = [{**r, "window_start": timebase.utc(r["window_start"]), "window_end": timebase.utc(r["window_end"])}
-            for r in rows]
+    rows = [
+        {**r, "window_start": timebase.utc(r["window_start"]), "window_end": timebase.utc(r["window_end"])}
+        for r in rows
+    ]
     return {(r["window_start"], *(r[k] for k in view.keys)): r for r in rows}
 
 
@@ -50,8 +52,11 @@ def merged_rows(settings, view) -> dict:
 def day_measures(view, rows: dict, day: datetime) -> dict:
     """The rows of ``view`` (merged rows as by :func:`keyed`, or the oracle's measures) in the day from
     ``day``, as {key: measures}; compare two with :func:`same_days`."""
-    return {key: tuple(row[m.name] if isinstance(row, dict) else row[i] for i, m in enumerate(view.measures))
-            for key, row in rows.items() if day <= key[0] < day + DAY}
+    return {
+        key: tuple(row[m.name] if isinstance(row, dict) else row[i] for i, m in enumerate(view.measures))
+        for key, row in rows.items()
+        if day <= key[0] < day + DAY
+    }
 
 
 def same_days(got: dict, want: dict) -> bool:
@@ -60,7 +65,9 @@ def same_days(got: dict, want: dict) -> bool:
     mean of 48 sessions' durations in ms ended in ...1875 and was 423.321187 in one, 423.321188 in the other."""
     return got.keys() == want.keys() and all(
         math.isclose(g, w, rel_tol=1e-9) if isinstance(w, float) else g == w
-        for key in got for g, w in zip(got[key], want[key], strict=True))
+        for key in got
+        for g, w in zip(got[key], want[key], strict=True)
+    )
 
 
 def assert_final_and_exact(settings, expected: dict, start, end) -> None:

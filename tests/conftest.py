@@ -30,10 +30,17 @@ EXTRA_VIEWS = ("tests.extra_view",)
 #: Ports of the test deployment (beside a demo's); LAMBDALAKE_TEST_PORT_SHIFT moves them all, so that
 #: two test runs on one machine do not meet, and each xdist worker (gw0, gw1, ...) has its own 500 more.
 SHIFT = int(os.environ.get("LAMBDALAKE_TEST_PORT_SHIFT", "0")) + 500 * int(
-    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-PORTS = {"kafka_port": 19092 + SHIFT, "kafka_controller_port": 19093 + SHIFT, "airflow_port": 18080 + SHIFT,
-         "spark_master_port": 17077 + SHIFT, "spark_ui_port": 18090 + SHIFT, "batch_engine_port": 25002 + SHIFT,
-         "airflow_database_port": 15433 + SHIFT}
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+)
+PORTS = {
+    "kafka_port": 19092 + SHIFT,
+    "kafka_controller_port": 19093 + SHIFT,
+    "airflow_port": 18080 + SHIFT,
+    "spark_master_port": 17077 + SHIFT,
+    "spark_ui_port": 18090 + SHIFT,
+    "batch_engine_port": 25002 + SHIFT,
+    "airflow_database_port": 15433 + SHIFT,
+}
 #: The first port of a Kafka cluster of three beside the session's broker (its brokers listen on this
 #: port, +2 and +4, their controllers on the odd ports between and after: infra.settings.kafka_ports).
 KAFKA_CLUSTER_PORT = 19292 + SHIFT
@@ -59,9 +66,16 @@ HISTORY_DAYS = 2
 
 #: The test files that need the session's batch engine (and the Airflow on it): ``make test``'s two xdist
 #: workers run them on one worker, so that neither starts twice (:class:`Lanes`).
-ON_THE_ENGINE = frozenset({"tests/e2e/test_pipeline.py", "tests/integration/test_airflow.py",
-                           "tests/integration/test_airflow_kill.py", "tests/integration/test_airflow_postgres.py",
-                           "tests/integration/test_batch_engine.py", "tests/integration/test_quality_connect.py"})
+ON_THE_ENGINE = frozenset(
+    {
+        "tests/e2e/test_pipeline.py",
+        "tests/integration/test_airflow.py",
+        "tests/integration/test_airflow_kill.py",
+        "tests/integration/test_airflow_postgres.py",
+        "tests/integration/test_batch_engine.py",
+        "tests/integration/test_quality_connect.py",
+    }
+)
 
 
 def _lane(nodeid: str) -> str:
@@ -86,14 +100,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The lanes with a ``slow`` test first, so that the two workers end together, and in the engine's
     lane the tests on the session's Airflow last (:func:`pytest_runtest_teardown` stops it when the lane
     ends); a test on the engine outside :data:`ON_THE_ENGINE` is an error."""
-    stray = [item.nodeid for item in items
-             if "engine_home" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"]
+    stray = [
+        item.nodeid
+        for item in items
+        if "engine_home" in getattr(item, "fixturenames", ()) and _lane(item.nodeid) != "engine"
+    ]
     if stray:
         raise pytest.UsageError(f"{stray[0]} needs the batch engine: add its file to ON_THE_ENGINE (tests/conftest.py)")
     slow = {_lane(item.nodeid) for item in items if item.get_closest_marker("slow")}
     order = {lane: i for i, lane in reversed(list(enumerate(_lane(item.nodeid) for item in items)))}
-    items.sort(key=lambda item: (_lane(item.nodeid) not in slow, order[_lane(item.nodeid)],
-                                 "airflow_service" in getattr(item, "fixturenames", ())))
+    items.sort(
+        key=lambda item: (
+            _lane(item.nodeid) not in slow,
+            order[_lane(item.nodeid)],
+            "airflow_service" in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 #: What stops the engine lane's session services (the batch engine, Airflow), put there by their fixtures.
@@ -120,16 +142,21 @@ def engine_lane_services() -> list[Callable[[], object]]:
 def deployment(tmp_path_factory) -> Settings:
     """Settings of the test deployment: a session tmp home and ports offset from the defaults."""
     home = tmp_path_factory.mktemp("deployment")
-    (home / "settings.json").write_text(json.dumps({
-        **PORTS,
-        "trigger_seconds": 2, "batch_start_date": (datetime.now(timebase.UTC).date() - timedelta(days=1)).isoformat(),
-        "spark_driver_memory": "1g",
-        # an engine's warm-up (33-39 s a start, of which the session makes three) is tested where the
-        # watchdog restarts one (tests/integration/test_batch_engine.py)
-        "batch_engine_warm_up": False,
-        "view_modules": list(EXTRA_VIEWS),
-        "spark_conf": S3.spark_conf(),
-    }))
+    (home / "settings.json").write_text(
+        json.dumps(
+            {
+                **PORTS,
+                "trigger_seconds": 2,
+                "batch_start_date": (datetime.now(timebase.UTC).date() - timedelta(days=1)).isoformat(),
+                "spark_driver_memory": "1g",
+                # an engine's warm-up (33-39 s a start, of which the session makes three) is tested where the
+                # watchdog restarts one (tests/integration/test_batch_engine.py)
+                "batch_engine_warm_up": False,
+                "view_modules": list(EXTRA_VIEWS),
+                "spark_conf": S3.spark_conf(),
+            }
+        )
+    )
     return config.load(home)
 
 

@@ -64,6 +64,7 @@ def as_of(changelog: list[Record], key: str, field: str) -> Callable[[dict], str
     def value(event: dict) -> str:
         valid = [c for c in changes.get(event[key], []) if c[0] <= event["time"]]
         return max(valid)[2] if valid else "unknown"
+
     return value
 
 
@@ -126,8 +127,9 @@ def _search_ctr(valid: list[dict]) -> dict:
     for search in of_type(valid, "search"):
         count = counts[(floor(search["time"], HOUR), search["query"])]
         count[0] += 1
-        count[1] += any(timedelta() <= t - search["time"] <= 30 * MINUTE
-                        for t in clicks[search["session_id"], search["query"]])
+        count[1] += any(
+            timedelta() <= t - search["time"] <= 30 * MINUTE for t in clicks[search["session_id"], search["query"]]
+        )
     return {key: (searches, clicked, clicked / searches) for key, (searches, clicked) in counts.items()}
 
 
@@ -146,8 +148,10 @@ def _sessions(valid: list[dict]) -> dict:
                 first, count = moment, 0
             if moment is not None:
                 last, count = moment, count + 1
-    return {key: (len(found), sum(d for d, _ in found) / len(found), sum(n for _, n in found) / len(found))
-            for key, found in sessions.items()}
+    return {
+        key: (len(found), sum(d for d, _ in found) / len(found), sum(n for _, n in found) / len(found))
+        for key, found in sessions.items()
+    }
 
 
 def _trending(valid: list[dict]) -> dict:

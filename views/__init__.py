@@ -41,8 +41,10 @@ def package(name: str = DEFAULT_DOMAIN) -> ModuleType:
             if not missing.name or not (candidate + ".").startswith(missing.name + "."):
                 raise
     bundled = [info.name for info in pkgutil.iter_modules(importlib.import_module("domains").__path__) if info.ispkg]
-    raise ValueError(f"unknown domain {name!r} (setting domain): a bundled one ({', '.join(bundled)}), an "
-                     f"importable package, or the path of a folder declaring DOMAIN in its __init__.py")
+    raise ValueError(
+        f"unknown domain {name!r} (setting domain): a bundled one ({', '.join(bundled)}), an "
+        f"importable package, or the path of a folder declaring DOMAIN in its __init__.py"
+    )
 
 
 def _folder(folder: Path) -> ModuleType:
@@ -54,8 +56,10 @@ def _folder(folder: Path) -> ModuleType:
     if loaded is not None and Path(loaded.__file__ or "").resolve() == init:
         return loaded
     if not name.isidentifier() or loaded is not None or importlib.util.find_spec(name) is not None:
-        raise ValueError(f"domain folder {folder} (setting domain): its name {name!r} must be a Python "
-                         f"identifier that no installed module has; rename the folder")
+        raise ValueError(
+            f"domain folder {folder} (setting domain): its name {name!r} must be a Python "
+            f"identifier that no installed module has; rename the folder"
+        )
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
     assert spec is not None and spec.loader is not None
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
@@ -79,8 +83,10 @@ def generator(name: str = DEFAULT_DOMAIN) -> ModuleType:
     """The sample-data generator of domain ``name`` (its module ``generator``): ``generate(start, end,
     count, seed, mix, shaped)`` of its events and ``changelogs(start, end, seed)`` of its dimensions, by name."""
     if not has_generator(name):
-        raise ValueError(f"domain {name} has no sample-data generator (a module generator beside its views): "
-                         f"send its events with `lambdalake produce --from-file F`")
+        raise ValueError(
+            f"domain {name} has no sample-data generator (a module generator beside its views): "
+            f"send its events with `lambdalake produce --from-file F`"
+        )
     return importlib.import_module(f"{package(name).__name__}.generator")
 
 

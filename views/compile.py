@@ -100,17 +100,25 @@ def sessions(view: View, spans: DataFrame) -> DataFrame:
     last_so_far = F.max("last").over(order.rowsBetween(Window.unboundedPreceding, -1))
     starts = (last_so_far.isNull() | (F.col("start") >= last_so_far + gap)).cast("int")
     numbered = spans.withColumn("_starts", starts).withColumn(
-        "_session", F.sum("_starts").over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    return numbered.groupBy(per, "_session").agg(
-        F.min("start").alias("start"), F.max("last").alias("last"), F.sum("events").alias("events")).drop("_session")
+        "_session", F.sum("_starts").over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    )
+    return (
+        numbered.groupBy(per, "_session")
+        .agg(F.min("start").alias("start"), F.max("last").alias("last"), F.sum("events").alias("events"))
+        .drop("_session")
+    )
 
 
 def session_rows(view: View, sessions: DataFrame, weight: int = 1) -> DataFrame:
     """One prepared row per session: its start (as the event time), duration_s and events."""
     return sessions.select(
-        F.col("start").alias(view.event_time), view.session.per,
+        F.col("start").alias(view.event_time),
+        view.session.per,
         ((F.unix_micros("last") - F.unix_micros("start")) / 1e6).alias("duration_s"),
-        "events", F.lit(EVENT).alias(ROLE), F.lit(weight).alias(WEIGHT))
+        "events",
+        F.lit(EVENT).alias(ROLE),
+        F.lit(weight).alias(WEIGHT),
+    )
 
 
 def dimension_tables(view: View) -> tuple[str, ...]:
@@ -141,11 +149,16 @@ def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column
     """The Columns :func:`aggregate` groups by, aggregates and selects, built once per view."""
     states = _all_states(view, exact)
     keys = (F.window(F.col(view.event_time), *view.windows.spark()).alias("window"), *map(F.col, view.keys))
-    partials = (F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                *map(F.col, (*view.keys, *states)))
+    partials = (
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *map(F.col, (*view.keys, *states)),
+    )
     if exact:
-        partials = (*partials[:2 + len(view.keys)],
-                    *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()))
+        partials = (
+            *partials[: 2 + len(view.keys)],
+            *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()),
+        )
     return keys, tuple(F.expr(agg).alias(c) for c, (agg, _) in states.items()), partials
 
 
@@ -167,9 +180,10 @@ def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
     if kind in ("min", "max"):
         return {name: (f"{kind}(CASE WHEN {own} THEN {measure.column} END)", f"{kind}({name})")}
     if kind == "mean":
-        return {f"{name}_sum": (f"CAST(sum({signed}) AS DOUBLE)", f"sum({name}_sum)"),
-                f"{name}_count": (weights(f"{own} AND {measure.column} IS NOT NULL"),
-                                  f"CAST(sum({name}_count) AS BIGINT)")}
+        return {
+            f"{name}_sum": (f"CAST(sum({signed}) AS DOUBLE)", f"sum({name}_sum)"),
+            f"{name}_count": (weights(f"{own} AND {measure.column} IS NOT NULL"), f"CAST(sum({name}_count) AS BIGINT)"),
+        }
     value = f"CASE WHEN {own} THEN {measure.column} END"
     if kind == "distinct" and exact:
         return {name: (f"CAST(count(DISTINCT {value}) AS BIGINT)", "")}
@@ -181,8 +195,12 @@ def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
 
 
 def _all_states(view: View, exact: bool) -> dict[str, tuple[str, str]]:
-    rows = {ROWS: (f"CAST(coalesce(sum(CASE WHEN {ROLE} = '{EVENT}' THEN {WEIGHT} END), 0) AS BIGINT)",
-                   f"CAST(sum({ROWS}) AS BIGINT)")}
+    rows = {
+        ROWS: (
+            f"CAST(coalesce(sum(CASE WHEN {ROLE} = '{EVENT}' THEN {WEIGHT} END), 0) AS BIGINT)",
+            f"CAST(sum({ROWS}) AS BIGINT)",
+        )
+    }
     return {**rows, **{c: sql for m in view.measures for c, sql in _states(m, exact).items()}}
 
 
@@ -233,8 +251,11 @@ def packed(view: View, partials: DataFrame) -> DataFrame:
 @cache
 def _packing(view: View) -> tuple[Column, ...]:
     columns = ("window_start", "window_end", *view.keys, *state_columns(view))
-    return (F.lit(view.name).alias("view"), F.date_trunc("hour", "window_start").alias("window_hour"),
-            F.struct(*columns).alias(view.name))
+    return (
+        F.lit(view.name).alias("view"),
+        F.date_trunc("hour", "window_start").alias("window_hour"),
+        F.struct(*columns).alias(view.name),
+    )
 
 
 def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:

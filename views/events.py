@@ -17,17 +17,26 @@ from pyspark.sql import types as T
 from views.source import DECIMAL, INTEGER, STRING, UNSIGNED_DECIMAL, Source
 
 #: The Spark type each field type lands as.
-SPARK_TYPES = {STRING: T.StringType(), INTEGER: T.IntegerType(), DECIMAL: T.DecimalType(12, 2),
-               UNSIGNED_DECIMAL: T.DecimalType(12, 2)}
+SPARK_TYPES = {
+    STRING: T.StringType(),
+    INTEGER: T.IntegerType(),
+    DECIMAL: T.DecimalType(12, 2),
+    UNSIGNED_DECIMAL: T.DecimalType(12, 2),
+}
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 
 #: A Kafka record as Spark's Kafka source reads it.
-KAFKA_RECORD = T.StructType([
-    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-    T.StructField("timestampType", T.IntegerType()),
-])
+KAFKA_RECORD = T.StructType(
+    [
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+        T.StructField("timestampType", T.IntegerType()),
+    ]
+)
 
 
 def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tuple]:
@@ -37,8 +46,9 @@ def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tupl
     rows = []
     for i, record in enumerate(records):
         partition = i % partitions
-        rows.append((record.key, record.value, topic, partition, offsets[partition],
-                     record.send_at.replace(tzinfo=None), 0))
+        rows.append(
+            (record.key, record.value, topic, partition, offsets[partition], record.send_at.replace(tzinfo=None), 0)
+        )
         offsets[partition] += 1
     return rows
 
@@ -60,12 +70,23 @@ def decimal_rule(name: str, kind: str, text: Column) -> tuple[Column, Column]:
     """(is_bad, reason) for a decimal field's text: a number with at most 2 places (not negative, if
     ``kind`` is unsigned)."""
     sign, what = ("", "a non-negative decimal") if kind == UNSIGNED_DECIMAL else ("-?", "a decimal")
-    return (text.isNotNull() & ~text.rlike(rf"^{sign}\d+(\.\d{{1,2}})?$"),
-            F.format_string(f"{name} '%s' is not {what} with at most 2 places", text))
+    return (
+        text.isNotNull() & ~text.rlike(rf"^{sign}\d+(\.\d{{1,2}})?$"),
+        F.format_string(f"{name} '%s' is not {what} with at most 2 places", text),
+    )
 
 
-def _rules(source: Source, typed: dict[str, Column], text: Column, json: Column, size: Column, now: Column,
-           at: Column, max_bytes: int, horizon_seconds: int) -> list[tuple[Column, Column]]:
+def _rules(
+    source: Source,
+    typed: dict[str, Column],
+    text: Column,
+    json: Column,
+    size: Column,
+    now: Column,
+    at: Column,
+    max_bytes: int,
+    horizon_seconds: int,
+) -> list[tuple[Column, Column]]:
     """(is_bad, reason) pairs, checked in order; the first that holds names the record's problem (``at``:
     the time field parsed)."""
     rules = [
@@ -74,26 +95,41 @@ def _rules(source: Source, typed: dict[str, Column], text: Column, json: Column,
     ]
     for name in source.strings:
         kind = F.schema_of_variant(json[name])  # STRING, BIGINT, ARRAY<...>, VOID for null; null if absent
-        rules.append((~kind.isin("STRING", "VOID"),
-                      F.format_string(f"field {name} has the wrong type: %s, expected a string", kind)))
+        rules.append(
+            (
+                ~kind.isin("STRING", "VOID"),
+                F.format_string(f"field {name} has the wrong type: %s, expected a string", kind),
+            )
+        )
     for name in source.required:
         rules.append((F.coalesce(F.trim(text[name]), F.lit("")) == "", F.lit(f"missing field {name}")))
     kind, time = text[source.kind], text[source.time]
     rules += [
         (~kind.isin(*source.types), F.format_string(f"unknown {source.kind} '%s'", kind)),
-        (~time.rlike(RFC3339) | at.isNull(),
-         F.format_string(f"{source.time} '%s' is not RFC 3339 with an offset", time)),
-        (at > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
-         F.lit(f"{source.time} more than {horizon_seconds}s in the future")),
+        (
+            ~time.rlike(RFC3339) | at.isNull(),
+            F.format_string(f"{source.time} '%s' is not RFC 3339 with an offset", time),
+        ),
+        (
+            at > now + F.expr(f"INTERVAL {horizon_seconds} SECONDS"),
+            F.lit(f"{source.time} more than {horizon_seconds}s in the future"),
+        ),
     ]
     for event_type, fields in source.types.items():
         for name in fields:
             rules.append(((kind == event_type) & text[name].isNull(), F.lit(f"missing field {name} for {event_type}")))
-    rules += [decimal_rule(name, number, text[name]) for name, number in source.numbers.items()
-              if number in (DECIMAL, UNSIGNED_DECIMAL)]
+    rules += [
+        decimal_rule(name, number, text[name])
+        for name, number in source.numbers.items()
+        if number in (DECIMAL, UNSIGNED_DECIMAL)
+    ]
     for name in source.numbers:
-        rules.append((text[name].isNotNull() & typed[name].isNull(),
-                      F.format_string(f"field {name} has the wrong type: '%s'", text[name])))
+        rules.append(
+            (
+                text[name].isNotNull() & typed[name].isNull(),
+                F.format_string(f"field {name} has the wrong type: '%s'", text[name]),
+            )
+        )
     rules += [(F.expr(check.bad), F.lit(check.reason)) for check in source.checks]
     return rules
 
@@ -137,11 +173,17 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
     payload = F.col("value").cast("string")
     # one parse of the JSON: each string field as a variant (its JSON type is checked, its text is a
     # cast), the numbers as text
-    schema = T.StructType([*(T.StructField(name, T.VariantType()) for name in source.strings),
-                           *(T.StructField(name, T.StringType()) for name in source.numbers),
-                           T.StructField("_corrupt", T.StringType())])
+    schema = T.StructType(
+        [
+            *(T.StructField(name, T.VariantType()) for name in source.strings),
+            *(T.StructField(name, T.StringType()) for name in source.numbers),
+            T.StructField("_corrupt", T.StringType()),
+        ]
+    )
     fields = (
-        F.col("topic"), F.col("partition"), F.col("offset"),
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("key"),
         F.col("value").alias("raw"),
@@ -150,23 +192,47 @@ def _parse_steps(source: Source, max_payload_bytes: int, future_horizon_seconds:
         F.length(F.col("value")).alias("size"),
     )
     json = F.col("json")
-    text = F.when(json.isNotNull(), F.struct(*(json[name].cast("string").alias(name) for name in source.strings),
-                                              *(json[name] for name in (*source.numbers, "_corrupt"))))
+    text = F.when(
+        json.isNotNull(),
+        F.struct(
+            *(json[name].cast("string").alias(name) for name in source.strings),
+            *(json[name] for name in (*source.numbers, "_corrupt")),
+        ),
+    )
     # the typed fields by name, for the source's checks (SQL over them)
-    typed = {name: F.col(f"text.{name}").try_cast(SPARK_TYPES[kind]) for name, kind in source.fields.items()
-             if name != source.time}
+    typed = {
+        name: F.col(f"text.{name}").try_cast(SPARK_TYPES[kind])
+        for name, kind in source.fields.items()
+        if name != source.time
+    }
     # the event time parsed once, where the rules, event_time and event_date all read it
-    texts = (*(F.col(c) for c in (*_KAFKA_KEPT, "raw", "size")), json, text.alias("text"),
-             *(column.alias(name) for name, column in typed.items()),
-             F.try_to_timestamp(F.col(f"text.{source.time}")).alias(_TIME))
+    texts = (
+        *(F.col(c) for c in (*_KAFKA_KEPT, "raw", "size")),
+        json,
+        text.alias("text"),
+        *(column.alias(name) for name, column in typed.items()),
+        F.try_to_timestamp(F.col(f"text.{source.time}")).alias(_TIME),
+    )
     named = {name: F.col(name) for name in typed}
     event_time = F.col(_TIME)
-    reason = first_reason(_rules(source, named, F.col("text"), json, F.col("size"), F.col("ingested_at"),
-                                 event_time, max_payload_bytes, future_horizon_seconds))
+    reason = first_reason(
+        _rules(
+            source,
+            named,
+            F.col("text"),
+            json,
+            F.col("size"),
+            F.col("ingested_at"),
+            event_time,
+            max_payload_bytes,
+            future_horizon_seconds,
+        )
+    )
     columns = (
         *((event_time if name == source.time else named[name]).alias(source.column(name)) for name in source.fields),
         F.to_date(event_time).alias("event_date"),
-        *(F.col(c) for c in (*_KAFKA_KEPT, "raw")), _opaque(reason).alias("reason"),
+        *(F.col(c) for c in (*_KAFKA_KEPT, "raw")),
+        _opaque(reason).alias("reason"),
     )
     return _Selection(*fields), _Selection(*texts), _Selection(*columns)
 
@@ -186,8 +252,13 @@ def moment(at: datetime | None) -> Column:
     return F.to_timestamp(_opaque(F.lit(text)), "yyyy-MM-dd HH:mm:ss.SSSSSS")
 
 
-def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_horizon_seconds: int,
-          ingested_at: datetime | None = None) -> DataFrame:
+def parse(
+    records: DataFrame,
+    source: Source,
+    max_payload_bytes: int,
+    future_horizon_seconds: int,
+    ingested_at: datetime | None = None,
+) -> DataFrame:
     """Kafka records -> one row per record with ``source``'s event columns and ``reason`` (null if valid).
 
     ``records`` has Kafka's columns (topic, partition, offset, timestamp, key, value as binary); they
@@ -202,8 +273,10 @@ def parse(records: DataFrame, source: Source, max_payload_bytes: int, future_hor
 def landed(parsed: DataFrame, source: Source) -> DataFrame:
     """The valid records of ``parse``'s output, as raw_events rows."""
     return parsed.where(F.col("reason").isNull()).select(
-        *source.columns, "event_date", *(F.col("raw").cast("string").alias(c) if c == "payload" else c
-                                         for c in KAFKA_COLUMNS))
+        *source.columns,
+        "event_date",
+        *(F.col("raw").cast("string").alias(c) if c == "payload" else c for c in KAFKA_COLUMNS),
+    )
 
 
 def collected(parsed: DataFrame, source: Source, dead_bytes: int) -> DataFrame:
@@ -217,16 +290,25 @@ def collected(parsed: DataFrame, source: Source, dead_bytes: int) -> DataFrame:
 def _collected(source: Source, dead_bytes: int) -> _Selection:
     """What :func:`collected` selects, built once per source and limit."""
     fine, size = F.col("reason").isNull(), F.length("raw")
-    return _Selection(*map(F.col, (*source.columns, "event_date")),
-                      *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else F.col(c)
-                        for c in KAFKA_COLUMNS), F.col("reason"), size.alias("size"),
-                      F.when(~fine & (size <= dead_bytes), F.col("raw")).alias("raw"))
+    return _Selection(
+        *map(F.col, (*source.columns, "event_date")),
+        *(F.when(fine, F.col("raw").cast("string")).alias(c) if c == "payload" else F.col(c) for c in KAFKA_COLUMNS),
+        F.col("reason"),
+        size.alias("size"),
+        F.when(~fine & (size <= dead_bytes), F.col("raw")).alias("raw"),
+    )
 
 
 def dead_letters(parsed: DataFrame) -> DataFrame:
     """The invalid records of ``parse``'s output, as dead_letters rows (raw bytes kept)."""
     return parsed.where(F.col("reason").isNotNull()).select(
-        "topic", "partition", "offset", "kafka_timestamp", "key", "raw", "reason",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "key",
+        "raw",
+        "reason",
         F.col("ingested_at").alias("dead_lettered_at"),
         F.to_date("ingested_at").alias("dead_letter_date"),
     )

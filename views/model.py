@@ -85,8 +85,10 @@ class Dimension:
     default: str
 
     def __str__(self) -> str:
-        return (f"{self.table}.{self.column} by {self.key} (batch: as of the event's time; speed: latest; "
-                f"else {self.default!r})")
+        return (
+            f"{self.table}.{self.column} by {self.key} (batch: as of the event's time; speed: latest; "
+            f"else {self.default!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,10 @@ class View:
             if m.kind == "count" and m.column and m.column not in flags:
                 problems.append(f"count {m.name} counts rows flagged {m.column}, but no FollowedBy join sets it")
             if isinstance(self.window, Session) and m.kind in ("min", "max", "distinct"):
-                problems.append(f"{m.kind} {m.name} cannot be taken back when a session grows in speed; "
-                                f"sessions support count, total, mean and ratio")
+                problems.append(
+                    f"{m.kind} {m.name} cannot be taken back when a session grows in speed; "
+                    f"sessions support count, total, mean and ratio"
+                )
         if problems:
             raise ValueError(f"view {self.name}: {'; '.join(problems)}")
 

@@ -17,8 +17,23 @@ TYPES = (STRING, INTEGER, DECIMAL, UNSIGNED_DECIMAL)
 #: The columns of raw_events that every source has: its key, event time and type fields land as these.
 KEY, TIME, KIND = "event_id", "event_time", "event_type"
 #: Names no field may have: the landed record's Kafka columns and the parse's own.
-RESERVED = frozenset({"topic", "partition", "offset", "kafka_timestamp", "key", "payload", "ingested_at",
-                      "event_date", "raw", "size", "json", "text", "reason"})
+RESERVED = frozenset(
+    {
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        "key",
+        "payload",
+        "ingested_at",
+        "event_date",
+        "raw",
+        "size",
+        "json",
+        "text",
+        "reason",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -59,17 +74,26 @@ class Source:
     kind: str = "event_type"
 
     def __post_init__(self) -> None:
-        problems = [f"field {name} has unknown type {kind!r} (known: {', '.join(TYPES)})"
-                    for name, kind in self.fields.items() if kind not in TYPES]
+        problems = [
+            f"field {name} has unknown type {kind!r} (known: {', '.join(TYPES)})"
+            for name, kind in self.fields.items()
+            if kind not in TYPES
+        ]
         named = {self.key, self.time, self.kind, *self.required, *(f for fs in self.types.values() for f in fs)}
         problems += [f"{name} is not one of the fields" for name in sorted(named - set(self.fields))]
-        problems += [f"{role} field {name} must be a string" for role, name in
-                     (("key", self.key), ("time", self.time), ("kind", self.kind))
-                     if self.fields.get(name, STRING) != STRING]
-        problems += [f"{role} field {name} must be required" for role, name in
-                     (("key", self.key), ("time", self.time), ("kind", self.kind)) if name not in self.required]
-        problems += [f"field {name} has a name the landing keeps for itself"
-                     for name in self.fields if name in RESERVED]
+        problems += [
+            f"{role} field {name} must be a string"
+            for role, name in (("key", self.key), ("time", self.time), ("kind", self.kind))
+            if self.fields.get(name, STRING) != STRING
+        ]
+        problems += [
+            f"{role} field {name} must be required"
+            for role, name in (("key", self.key), ("time", self.time), ("kind", self.kind))
+            if name not in self.required
+        ]
+        problems += [
+            f"field {name} has a name the landing keeps for itself" for name in self.fields if name in RESERVED
+        ]
         columns = [self.column(name) for name in self.fields]
         problems += [f"two fields land as column {c}" for c in sorted(set(columns)) if columns.count(c) > 1]
         _refuse(f"source {self.name}", problems)
@@ -111,10 +135,16 @@ class Changelog:
     valid_from: str = "updated_at"
 
     def __post_init__(self) -> None:
-        problems = [f"field {name} has unknown type {kind!r} (known: {', '.join(TYPES)})"
-                    for name, kind in self.fields.items() if kind not in TYPES]
-        problems += [f"{role} field {name} must be a string field" for role, name in
-                     (("key", self.key), ("valid_from", self.valid_from)) if self.fields.get(name) != STRING]
+        problems = [
+            f"field {name} has unknown type {kind!r} (known: {', '.join(TYPES)})"
+            for name, kind in self.fields.items()
+            if kind not in TYPES
+        ]
+        problems += [
+            f"{role} field {name} must be a string field"
+            for role, name in (("key", self.key), ("valid_from", self.valid_from))
+            if self.fields.get(name) != STRING
+        ]
         _refuse(f"changelog {self.name}", problems)
 
     @property

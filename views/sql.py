@@ -47,8 +47,10 @@ def _text(value: str) -> str:
 
 def _own(view: View, events: str) -> str:
     types = ", ".join(map(_text, view.event_types))
-    return (f"SELECT *, {_text(compile.EVENT)} AS {compile.ROLE}, 1 AS {compile.WEIGHT} "
-            f"FROM {events} WHERE event_type IN ({types})")
+    return (
+        f"SELECT *, {_text(compile.EVENT)} AS {compile.ROLE}, 1 AS {compile.WEIGHT} "
+        f"FROM {events} WHERE event_type IN ({types})"
+    )
 
 
 def _followers(join: FollowedBy, events: str) -> str:
@@ -59,10 +61,17 @@ def _flagged(view: View, join: FollowedBy, rows: str, later: str, how: str = "EX
     """Copies of the ``rows`` that an event of ``later`` follows (``how="NOT EXISTS"``: that none
     follows), their role ``join``'s flag."""
     time = view.event_time
-    meets = " AND ".join([*(f"l.{c} = r.{c}" for c in join.on), f"l.{time} >= r.{time}",
-                          f"l.{time} <= r.{time} + INTERVAL '{interval(join.within)}'"])
-    return (f"SELECT * REPLACE ({_text(join.flag)} AS {compile.ROLE}) FROM ({rows}) AS r "
-            f"WHERE {how} (SELECT 1 FROM ({later}) AS l WHERE {meets})")
+    meets = " AND ".join(
+        [
+            *(f"l.{c} = r.{c}" for c in join.on),
+            f"l.{time} >= r.{time}",
+            f"l.{time} <= r.{time} + INTERVAL '{interval(join.within)}'",
+        ]
+    )
+    return (
+        f"SELECT * REPLACE ({_text(join.flag)} AS {compile.ROLE}) FROM ({rows}) AS r "
+        f"WHERE {how} (SELECT 1 FROM ({later}) AS l WHERE {meets})"
+    )
 
 
 def _rows(view: View) -> str:
@@ -87,8 +96,10 @@ def _rows(view: View) -> str:
 def _spans(view: View, rows: str | None = None) -> str:
     """Each of the micro-batch's rows (or ``rows``) as a one-event span of its session: (per, start, last, events)."""
     time = view.event_time
-    return (f"SELECT {view.session.per}, {time} AS start, {time} AS last, CAST(1 AS BIGINT) AS events "
-            f"FROM ({rows or _rows(view)})")
+    return (
+        f"SELECT {view.session.per}, {time} AS start, {time} AS last, CAST(1 AS BIGINT) AS events "
+        f"FROM ({rows or _rows(view)})"
+    )
 
 
 def touched_sql(view: View) -> str:
@@ -111,27 +122,36 @@ def _sessions(view: View, spans: str) -> str:
     """Spans (per, start, last, events) merged into sessions: the next span of a ``per`` value joins a
     session while it starts less than the gap after that session's last event so far."""
     per, gap = view.session.per, interval(view.session.gap)
-    before = (f"max(last) OVER (PARTITION BY {per} ORDER BY start, last "
-              f"ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)")
+    before = (
+        f"max(last) OVER (PARTITION BY {per} ORDER BY start, last ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    )
     starts = f"CASE WHEN _before IS NULL OR start >= _before + INTERVAL '{gap}' THEN 1 ELSE 0 END"
-    numbered = (f"SELECT *, sum(_starts) OVER (PARTITION BY {per} ORDER BY start, last ROWS UNBOUNDED PRECEDING) "
-                f"AS _session FROM (SELECT *, {starts} AS _starts FROM (SELECT *, {before} AS _before FROM ({spans})))")
-    return (f"SELECT {per}, min(start) AS start, max(last) AS last, CAST(sum(events) AS BIGINT) AS events "
-            f"FROM ({numbered}) GROUP BY {per}, _session")
+    numbered = (
+        f"SELECT *, sum(_starts) OVER (PARTITION BY {per} ORDER BY start, last ROWS UNBOUNDED PRECEDING) "
+        f"AS _session FROM (SELECT *, {starts} AS _starts FROM (SELECT *, {before} AS _before FROM ({spans})))"
+    )
+    return (
+        f"SELECT {per}, min(start) AS start, max(last) AS last, CAST(sum(events) AS BIGINT) AS events "
+        f"FROM ({numbered}) GROUP BY {per}, _session"
+    )
 
 
 def _session_rows(view: View, sessions: str, weight: int) -> str:
-    return (f"SELECT start AS {view.event_time}, {view.session.per}, "
-            f"(epoch_us(last) - epoch_us(start)) / 1e6 AS duration_s, events, "
-            f"{_text(compile.EVENT)} AS {compile.ROLE}, {weight} AS {compile.WEIGHT} FROM {sessions}")
+    return (
+        f"SELECT start AS {view.event_time}, {view.session.per}, "
+        f"(epoch_us(last) - epoch_us(start)) / 1e6 AS duration_s, events, "
+        f"{_text(compile.EVENT)} AS {compile.ROLE}, {weight} AS {compile.WEIGHT} FROM {sessions}"
+    )
 
 
 def _enriched(view: View, rows: str) -> str:
     """Each Dimension join's column added: the dimension's current row's, its default where none."""
     for join in view.joins:
         if isinstance(join, Dimension):
-            rows = (f"SELECT r.*, coalesce(d.{join.column}, {_text(join.default)}) AS {join.column} "
-                    f"FROM ({rows}) AS r LEFT JOIN {dimension(join.table)} AS d ON r.{join.key} = d.{join.key}")
+            rows = (
+                f"SELECT r.*, coalesce(d.{join.column}, {_text(join.default)}) AS {join.column} "
+                f"FROM ({rows}) AS r LEFT JOIN {dimension(join.table)} AS d ON r.{join.key} = d.{join.key}"
+            )
     return rows
 
 
@@ -143,9 +163,11 @@ def _windowed(view: View, rows: str) -> str:
     slide = int(windows.slide.total_seconds() * 1e6) if isinstance(windows, Hopping) else size
     at = f"epoch_us({view.event_time})"
     last_start = f"{at} - ((({at} % {slide}) + {slide}) % {slide})"
-    return (f"SELECT * EXCLUDE (_start, _i), make_timestamptz(_start) AS window_start, "
-            f"make_timestamptz(_start + {size}) AS window_end FROM (SELECT *, {last_start} - _i * {slide} AS _start "
-            f"FROM ({rows}), range({size // slide}) AS _windows(_i)) WHERE _start + {size} > {at}")
+    return (
+        f"SELECT * EXCLUDE (_start, _i), make_timestamptz(_start) AS window_start, "
+        f"make_timestamptz(_start + {size}) AS window_end FROM (SELECT *, {last_start} - _i * {slide} AS _start "
+        f"FROM ({rows}), range({size // slide}) AS _windows(_i)) WHERE _start + {size} > {at}"
+    )
 
 
 def partials(view: View) -> str:
@@ -153,15 +175,18 @@ def partials(view: View) -> str:
     states in the struct column named after the view), from :data:`NEW`, :data:`RECENT`, and for a
     session view its :func:`touched` and :func:`grown` sessions."""
     if isinstance(view.window, Session):
-        rows = (f"{_session_rows(view, grown(view), 1)} UNION ALL BY NAME "
-                f"{_session_rows(view, touched(view), -1)}")
+        rows = f"{_session_rows(view, grown(view), 1)} UNION ALL BY NAME {_session_rows(view, touched(view), -1)}"
     else:
         rows = _rows(view)
     states = compile.partial_states(view)
     columns = ("window_start", "window_end", *view.keys, *states)
     keys = ", ".join(("window_start", "window_end", *view.keys))
-    aggregated = (f"SELECT {keys}, {', '.join(f'{sql} AS {name}' for name, sql in states.items())} "
-                  f"FROM ({_windowed(view, _enriched(view, rows))}) GROUP BY {keys}")
+    aggregated = (
+        f"SELECT {keys}, {', '.join(f'{sql} AS {name}' for name, sql in states.items())} "
+        f"FROM ({_windowed(view, _enriched(view, rows))}) GROUP BY {keys}"
+    )
     packed = ", ".join(f"{c} := {c}" for c in columns)
-    return (f"SELECT {_text(view.name)} AS view, date_trunc('hour', window_start) AS window_hour, "
-            f"struct_pack({packed}) AS {view.name} FROM ({aggregated})")
+    return (
+        f"SELECT {_text(view.name)} AS view, date_trunc('hour', window_start) AS window_hour, "
+        f"struct_pack({packed}) AS {view.name} FROM ({aggregated})"
+    )

@@ -87,49 +87,130 @@ _UTC = pa.timestamp("us", "UTC")
 #: raw_events keeps file statistics (min, max, nulls) on its times only: they are what a file's events share
 #: (a micro-batch's), where ids, keys and payloads span every file; statistics on every column cost
 #: landing a quarter of each commit.
-RAW_EVENTS = Table("raw_events", "every valid event as landed, resent copies included; columns: the domain's "
-                   "source (views.events.landed)", ("event_date",), checkpoint="landing",
-                   properties=(("delta.dataSkippingStatsColumns", "event_time,ingested_at"),))
-DEAD_LETTERS = Table("dead_letters", "every record that failed validation, its raw bytes and the reason "
-                     "(views.events.dead_letters)", ("dead_letter_date",), checkpoint="landing")
-LATE_EVENTS = Table("late_events", "per view and event day, the events the speed layer left to batch",
-                    schema=pa.schema([pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
-                                      pa.field("events", pa.int64(), False), pa.field("received_at", _UTC, False),
-                                      pa.field("batch_id", pa.int64(), False)]), checkpoint="landing")
-SPEED_PARTIALS = Table("speed_partials", "the speed views' mergeable partial aggregates: a row per micro-batch, "
-                       "window and key, the states of view v in struct column v (views.compile.packed), partitioned "
-                       "by view and the hour its windows start", ("view", "window_hour"), checkpoint="landing",
-                       # row counts only: readers skip its files by partition, and the statistics of every
-                       # view's struct fields made each of delta-rs' appends cost 4x more per file the table has
-                       properties=(("delta.dataSkippingNumIndexedCols", "0"),))
-SERVING_STATE = Table("serving_state", "the ledger: per view, the days batch has made final",
-                      schema=pa.schema([pa.field("view", pa.string(), False), pa.field("day", pa.date32(), False),
-                                        pa.field("rows", pa.int64(), False),
-                                        pa.field("computed_at", _UTC, False)]))
-SERVING_VERSIONS = Table("serving_versions", "per view, the batch table version the serving layer reads",
-                         schema=pa.schema([pa.field("view", pa.string(), False),
-                                           pa.field("table", pa.string(), False),
-                                           pa.field("switched_at", _UTC, False),
-                                           pa.field("previous_table", pa.string())]))
-QUALITY_RESULTS = Table("quality_results", "each Great Expectations check's result",
-                        schema=pa.schema([("checked_at", _UTC), ("suite", pa.string()), ("first_day", pa.date32()),
-                                          ("last_day", pa.date32()), ("expectation", pa.string()),
-                                          ("severity", pa.string()), ("success", pa.bool_()),
-                                          ("observed", pa.string())]))
-CORRECTIONS = Table("corrections", "per recompute, how far the speed rows were from batch",
-                    schema=pa.schema([("computed_at", _UTC), ("view", pa.string()), ("first_day", pa.date32()),
-                                      ("last_day", pa.date32()), ("measure", pa.string()),
-                                      ("speed_windows", pa.int64()), ("batch_windows", pa.int64()),
-                                      ("added", pa.int64()), ("removed", pa.int64()), ("changed", pa.int64()),
-                                      ("difference", pa.float64()), ("relative_difference", pa.float64())]))
-DEAD_LETTER_REPLAYS = Table("dead_letter_replays", "the dead letters sent again, corrected or as they were",
-                            schema=pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                                              ("offset", pa.int64()), ("replayed_at", _UTC),
-                                              ("corrected", pa.bool_())]))
+RAW_EVENTS = Table(
+    "raw_events",
+    "every valid event as landed, resent copies included; columns: the domain's source (views.events.landed)",
+    ("event_date",),
+    checkpoint="landing",
+    properties=(("delta.dataSkippingStatsColumns", "event_time,ingested_at"),),
+)
+DEAD_LETTERS = Table(
+    "dead_letters",
+    "every record that failed validation, its raw bytes and the reason (views.events.dead_letters)",
+    ("dead_letter_date",),
+    checkpoint="landing",
+)
+LATE_EVENTS = Table(
+    "late_events",
+    "per view and event day, the events the speed layer left to batch",
+    schema=pa.schema(
+        [
+            pa.field("view", pa.string(), False),
+            pa.field("day", pa.date32(), False),
+            pa.field("events", pa.int64(), False),
+            pa.field("received_at", _UTC, False),
+            pa.field("batch_id", pa.int64(), False),
+        ]
+    ),
+    checkpoint="landing",
+)
+SPEED_PARTIALS = Table(
+    "speed_partials",
+    "the speed views' mergeable partial aggregates: a row per micro-batch, "
+    "window and key, the states of view v in struct column v (views.compile.packed), partitioned "
+    "by view and the hour its windows start",
+    ("view", "window_hour"),
+    checkpoint="landing",
+    # row counts only: readers skip its files by partition, and the statistics of every
+    # view's struct fields made each of delta-rs' appends cost 4x more per file the table has
+    properties=(("delta.dataSkippingNumIndexedCols", "0"),),
+)
+SERVING_STATE = Table(
+    "serving_state",
+    "the ledger: per view, the days batch has made final",
+    schema=pa.schema(
+        [
+            pa.field("view", pa.string(), False),
+            pa.field("day", pa.date32(), False),
+            pa.field("rows", pa.int64(), False),
+            pa.field("computed_at", _UTC, False),
+        ]
+    ),
+)
+SERVING_VERSIONS = Table(
+    "serving_versions",
+    "per view, the batch table version the serving layer reads",
+    schema=pa.schema(
+        [
+            pa.field("view", pa.string(), False),
+            pa.field("table", pa.string(), False),
+            pa.field("switched_at", _UTC, False),
+            pa.field("previous_table", pa.string()),
+        ]
+    ),
+)
+QUALITY_RESULTS = Table(
+    "quality_results",
+    "each Great Expectations check's result",
+    schema=pa.schema(
+        [
+            ("checked_at", _UTC),
+            ("suite", pa.string()),
+            ("first_day", pa.date32()),
+            ("last_day", pa.date32()),
+            ("expectation", pa.string()),
+            ("severity", pa.string()),
+            ("success", pa.bool_()),
+            ("observed", pa.string()),
+        ]
+    ),
+)
+CORRECTIONS = Table(
+    "corrections",
+    "per recompute, how far the speed rows were from batch",
+    schema=pa.schema(
+        [
+            ("computed_at", _UTC),
+            ("view", pa.string()),
+            ("first_day", pa.date32()),
+            ("last_day", pa.date32()),
+            ("measure", pa.string()),
+            ("speed_windows", pa.int64()),
+            ("batch_windows", pa.int64()),
+            ("added", pa.int64()),
+            ("removed", pa.int64()),
+            ("changed", pa.int64()),
+            ("difference", pa.float64()),
+            ("relative_difference", pa.float64()),
+        ]
+    ),
+)
+DEAD_LETTER_REPLAYS = Table(
+    "dead_letter_replays",
+    "the dead letters sent again, corrected or as they were",
+    schema=pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("replayed_at", _UTC),
+            ("corrected", pa.bool_()),
+        ]
+    ),
+)
 #: The tables every deployment has, whatever its domain, in the order the serving layer reads them: the
 #: ledger before the version pointers (lake.versions), the speed partials last.
-PLATFORM = (RAW_EVENTS, DEAD_LETTERS, LATE_EVENTS, SERVING_STATE, SERVING_VERSIONS, DEAD_LETTER_REPLAYS,
-            QUALITY_RESULTS, CORRECTIONS, SPEED_PARTIALS)
+PLATFORM = (
+    RAW_EVENTS,
+    DEAD_LETTERS,
+    LATE_EVENTS,
+    SERVING_STATE,
+    SERVING_VERSIONS,
+    DEAD_LETTER_REPLAYS,
+    QUALITY_RESULTS,
+    CORRECTIONS,
+    SPEED_PARTIALS,
+)
 
 
 #: The folder of the views' batch tables.

@@ -26,8 +26,15 @@ def _impressions(user: str, start: datetime, rng: random.Random) -> list[dict]:
     events = []
 
     def emit(event_type: str, ad: str, moment: datetime) -> None:
-        events.append({"event_id": uuid.UUID(int=rng.getrandbits(128)).hex, "event_type": event_type,
-                       "user_id": user, "ad_id": ad, "_time": moment})
+        events.append(
+            {
+                "event_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                "event_type": event_type,
+                "user_id": user,
+                "ad_id": ad,
+                "_time": moment,
+            }
+        )
 
     moment = start
     for _ in range(rng.randint(1, 5)):
@@ -59,12 +66,21 @@ def _malformed(event: dict, rng: random.Random) -> bytes:
     return json.dumps(broken).encode()
 
 
-def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = MIX,
-             shaped: bool = True) -> list[Record]:
+def generate(
+    start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = MIX, shaped: bool = True
+) -> list[Record]:
     """About ``count`` records of ad events sent over ``[start, end)`` (domains.sample)."""
     users = [f"u{i}" for i in range(max(10, count // 10))]
-    return sample(start, end, count, seed, mix, shaped,
-                  lambda moment, rng: _impressions(rng.choice(users), moment, rng), _malformed)
+    return sample(
+        start,
+        end,
+        count,
+        seed,
+        mix,
+        shaped,
+        lambda moment, rng: _impressions(rng.choice(users), moment, rng),
+        _malformed,
+    )
 
 
 def _listing(ad: str, when: datetime, rng: random.Random) -> Record:

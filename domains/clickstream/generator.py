@@ -28,8 +28,16 @@ def _session(user: str, start: datetime, rng: random.Random) -> list[dict]:
 
     def emit(event_type: str, **fields) -> None:
         nonlocal moment
-        events.append({"event_id": uuid.UUID(int=rng.getrandbits(128)).hex, "event_type": event_type,
-                       "user_id": user, "session_id": session, "_time": moment, **fields})
+        events.append(
+            {
+                "event_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                "event_type": event_type,
+                "user_id": user,
+                "session_id": session,
+                "_time": moment,
+                **fields,
+            }
+        )
         moment += timedelta(seconds=rng.randint(5, 240))
 
     for _ in range(rng.randint(1, 4)):
@@ -43,8 +51,9 @@ def _session(user: str, start: datetime, rng: random.Random) -> list[dict]:
             if rng.random() < 0.4:
                 emit("add_to_cart", product_id=product)
                 if rng.random() < 0.5:
-                    emit("purchase", product_id=product, quantity=rng.randint(1, 3),
-                         amount=round(rng.uniform(5, 200), 2))
+                    emit(
+                        "purchase", product_id=product, quantity=rng.randint(1, 3), amount=round(rng.uniform(5, 200), 2)
+                    )
     return events
 
 
@@ -67,18 +76,30 @@ def _malformed(event: dict, rng: random.Random) -> bytes:
     return json.dumps(broken).encode()
 
 
-def generate(start: datetime, end: datetime, count: int, seed: int = 7, mix: Mix = MIX,
-             shaped: bool = True, users: int | None = None) -> list[Record]:
+def generate(
+    start: datetime,
+    end: datetime,
+    count: int,
+    seed: int = 7,
+    mix: Mix = MIX,
+    shaped: bool = True,
+    users: int | None = None,
+) -> list[Record]:
     """About ``count`` records of browsing sessions sent over ``[start, end)`` (domains.sample), by
     ``users`` users (default: one per 20 records)."""
     names = [f"u{i}" for i in range(users or max(10, count // 20))]
-    return sample(start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(names), moment, rng),
-                  _malformed)
+    return sample(
+        start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(names), moment, rng), _malformed
+    )
 
 
 def _product(product: str, when: datetime, rng: random.Random) -> Record:
-    change = {"product_id": product, "category": rng.choice(CATEGORIES), "price": round(rng.uniform(5, 200), 2),
-              "updated_at": stamp(when, rng)}
+    change = {
+        "product_id": product,
+        "category": rng.choice(CATEGORIES),
+        "price": round(rng.uniform(5, 200), 2),
+        "updated_at": stamp(when, rng),
+    }
     return Record(when, product.encode(), json.dumps(change).encode(), "product")
 
 

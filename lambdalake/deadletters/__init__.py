@@ -40,20 +40,28 @@ def render_listing(listing: Listing) -> str:
         return "no dead letters" + (f" whose reason contains {listing.reason!r}" if listing.reason else "")
 
     def table(rows: list[dict]) -> str:
-        rows = [{k: f"{v:%Y-%m-%d %H:%M:%S}" if isinstance(v, datetime) else v for k, v in row.items()}
-                for row in rows]
+        rows = [{k: f"{v:%Y-%m-%d %H:%M:%S}" if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
         return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
 
     total = sum(r["count"] for r in listing.by_reason)
-    return "\n".join([f"{total} dead letter{'s' * (total != 1)} by reason (times in UTC):",
-                      table(listing.by_reason), "", f"latest {len(listing.latest)}:", table(listing.latest)])
+    return "\n".join(
+        [
+            f"{total} dead letter{'s' * (total != 1)} by reason (times in UTC):",
+            table(listing.by_reason),
+            "",
+            f"latest {len(listing.latest)}:",
+            table(listing.latest),
+        ]
+    )
 
 
 def render_replay(result: Replayed) -> str:
     """One line: how many were sent, skipped as already replayed, and not found."""
-    return (f"sent {len(result.sent)} to {result.topic}; skipped {len(result.already_replayed)} "
-            f"already replayed{_listed(result.already_replayed)}; "
-            f"{len(result.not_found)} not found{_listed(result.not_found)}")
+    return (
+        f"sent {len(result.sent)} to {result.topic}; skipped {len(result.already_replayed)} "
+        f"already replayed{_listed(result.already_replayed)}; "
+        f"{len(result.not_found)} not found{_listed(result.not_found)}"
+    )
 
 
 def listing(settings: Settings, limit: int, reason: str | None = None) -> Listing:
@@ -62,15 +70,20 @@ def listing(settings: Settings, limit: int, reason: str | None = None) -> Listin
     return Listing(reason, queries.summary(rows, reason), queries.latest(rows, limit, reason))
 
 
-def command(settings: Settings, action: str | None, *, reason: str | None, limit: int, from_file: Path | None,
-            as_json: bool) -> str:
+def command(
+    settings: Settings, action: str | None, *, reason: str | None, limit: int, from_file: Path | None, as_json: bool
+) -> str:
     """The output of ``lambdalake deadletters [replay]``."""
     if action == "replay":
         result = replay(settings, from_file, reason)
         if as_json:
-            return json.dumps({"topic": result.topic, **{k: [c._asdict() for c in getattr(result, k)]
-                                                         for k in ("sent", "already_replayed", "not_found")}},
-                              indent=1)
+            return json.dumps(
+                {
+                    "topic": result.topic,
+                    **{k: [c._asdict() for c in getattr(result, k)] for k in ("sent", "already_replayed", "not_found")},
+                },
+                indent=1,
+            )
         return render_replay(result)
     if from_file is not None:
         raise ValueError("--from-file goes with `deadletters replay`")

@@ -33,15 +33,17 @@ def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
     """Whether Kafka acknowledged each replay."""
     from infra import producer
 
-    errors = producer.publish(settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None)
-                                         for r in replays))
+    errors = producer.publish(
+        settings, ((None if r.letter.key is None else r.letter.key.encode(), r.value, None) for r in replays)
+    )
     return [error is None for error in errors]
 
 
 def _record(settings: Settings, replays: list[Replay]) -> None:
     now = datetime.now(UTC)
-    tables.DEAD_LETTER_REPLAYS.append(settings, [{**r.letter.at._asdict(), "replayed_at": now,
-                                                  "corrected": r.corrected} for r in replays])
+    tables.DEAD_LETTER_REPLAYS.append(
+        settings, [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
+    )
 
 
 def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> Replayed:
@@ -55,16 +57,20 @@ def replay(settings: Settings, from_file: Path | None = None, reason: str | None
     found = queries.dead_letters(rows, reason, None if requests is None else [r.at for r in requests])
     done = queries.replayed(rows)
     if not found:
-        raise ValueError(f"no dead letter's reason contains {reason!r} (see `lambdalake deadletters`)"
-                         if requests is None else
-                         f"none of the {len(requests)} dead letters named in {from_file} is in dead_letters "
-                         f"(a line without \"topic\" means {settings.topic!r})")
+        raise ValueError(
+            f"no dead letter's reason contains {reason!r} (see `lambdalake deadletters`)"
+            if requests is None
+            else f"none of the {len(requests)} dead letters named in {from_file} is in dead_letters "
+            f'(a line without "topic" means {settings.topic!r})'
+        )
     chosen = plan([Request(at) for at in found] if requests is None else requests, found, done)
     acknowledged = _send(settings, chosen.send) if chosen.send else []
     sent = [r for r, ok in zip(chosen.send, acknowledged, strict=True) if ok]
     if sent:
         _record(settings, sent)
     if len(sent) < len(chosen.send):
-        raise ValueError(f"Kafka acknowledged {len(sent)} of {len(chosen.send)} records (those are recorded as "
-                         f"replayed); rerun to send the rest")
+        raise ValueError(
+            f"Kafka acknowledged {len(sent)} of {len(chosen.send)} records (those are recorded as "
+            f"replayed); rerun to send the rest"
+        )
     return Replayed(settings.topic, [r.letter.at for r in sent], chosen.already_replayed, chosen.not_found)

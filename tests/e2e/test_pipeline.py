@@ -53,10 +53,17 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     now = datetime.now(timebase.UTC)
     today = timebase.day_start(now.date())
     first = today - timedelta(days=HISTORY_DAYS)
-    history = generator.generate(first, today, 1200 * HISTORY_DAYS, seed=3,
-                                 mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
-    recent = generator.generate(max(today, now - timedelta(minutes=30)), now, 400, seed=4, shaped=False,
-                                mix=Mix(late=0, duplicate=0.05, malformed=0.03))
+    history = generator.generate(
+        first, today, 1200 * HISTORY_DAYS, seed=3, mix=Mix(late=0.05, duplicate=0.05, malformed=0.03)
+    )
+    recent = generator.generate(
+        max(today, now - timedelta(minutes=30)),
+        now,
+        400,
+        seed=4,
+        shaped=False,
+        mix=Mix(late=0, duplicate=0.05, malformed=0.03),
+    )
     records = history + recent
     kinds = counts(records)
     assert kinds["late"] and kinds["duplicate"] and kinds["malformed"]
@@ -92,21 +99,30 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
                 assert within_sketch_error(row["unique_users"], exact_users), key
         extra = {k for k, r in _merged(settings, EXTRA_VIEW).items() if r["source"] == "speed" and k[0] >= first}
         assert extra == {k for k in expected[EXTRA_VIEW] if k[0] >= today}  # the test-only view, in speed too
-        before = [r for name in ("page_views_per_minute", EXTRA_VIEW)
-                  for k, r in _merged(settings, name).items() if k[0] < first]
+        before = [
+            r
+            for name in ("page_views_per_minute", EXTRA_VIEW)
+            for k, r in _merged(settings, name).items()
+            if k[0] < first
+        ]
         assert all((r["source"], r["is_final"]) == ("speed", False) for r in before)  # no batch day: provisional
 
-        records = records + _late_events_reach_the_merged_view(settings, airflow_service.client, records, category,
-                                                              today)
+        records = records + _late_events_reach_the_merged_view(
+            settings, airflow_service.client, records, category, today
+        )
         ran = spark_cluster.applications(settings)  # the speed layer and the batch engine ran on the cluster
         assert "lambdalake-speed" in ran and "lambdalake-batch-engine" in ran, ran
     finally:
         services.stop_speed(settings)
 
     produced = sum(kafka.end_offsets(settings, settings.topic).values())
-    _, [(landed, dead, reasonless)] = engine.query(settings, (
-        "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters), "
-        "(SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL)"))
+    _, [(landed, dead, reasonless)] = engine.query(
+        settings,
+        (
+            "SELECT (SELECT count(*) FROM raw_events), (SELECT count(*) FROM dead_letters), "
+            "(SELECT count(*) FROM dead_letters WHERE reason IS NULL OR raw IS NULL)"
+        ),
+    )
     assert produced == len(records) == landed + dead
     assert dead == kinds["malformed"] and reasonless == 0
 
@@ -114,8 +130,11 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
 def _assert_caught_up(client, day: datetime) -> None:
     """The scheduler ran batch_recompute for ``day``, the one day since its start date, on its own."""
     scheduled = processes.poll(
-        lambda: [r for r in client.dag_runs("batch_recompute") if r.run_type == "scheduled"] or None, 120, 2,
-        lambda: AssertionError("the scheduler did not catch up batch_recompute's first day"))
+        lambda: [r for r in client.dag_runs("batch_recompute") if r.run_type == "scheduled"] or None,
+        120,
+        2,
+        lambda: AssertionError("the scheduler did not catch up batch_recompute's first day"),
+    )
     assert [r.logical_date for r in scheduled] == [day]
     client.wait_for_runs("batch_recompute", [r.run_id for r in scheduled], timeout=600)
 
@@ -124,12 +143,23 @@ def _late_events_reach_the_merged_view(settings, client, records: list, category
     """Events for an already batched day, far behind the speed watermark: the speed layer (running)
     counts them in late_events and late_data_recompute (through Airflow) recomputes exactly that day. Returns them."""
     yesterday = today - timedelta(days=1)
-    late = generator.generate(yesterday + timedelta(hours=12), yesterday + timedelta(hours=13), 200, seed=5,
-                              shaped=False, mix=Mix(late=0, duplicate=0, malformed=0))
+    late = generator.generate(
+        yesterday + timedelta(hours=12),
+        yesterday + timedelta(hours=13),
+        200,
+        seed=5,
+        shaped=False,
+        mix=Mix(late=0, duplicate=0, malformed=0),
+    )
+
     def counted() -> int:  # history sent in one go may have been counted late too, when partitions ran apart
-        _, [(events,)] = engine.query(settings, (
-            "SELECT coalesce(sum(events), 0) FROM late_events "
-            f"WHERE view = 'page_views_per_minute' AND day = DATE '{yesterday:%Y-%m-%d}'"))
+        _, [(events,)] = engine.query(
+            settings,
+            (
+                "SELECT coalesce(sum(events), 0) FROM late_events "
+                f"WHERE view = 'page_views_per_minute' AND day = DATE '{yesterday:%Y-%m-%d}'"
+            ),
+        )
         return events
 
     before = counted()

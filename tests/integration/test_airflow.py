@@ -43,8 +43,9 @@ def test_batch_recompute_is_listed_paused_without_import_errors(airflow_service)
 def test_second_deployment_on_the_same_port_is_refused(airflow_service, tmp_path):
     other = load(tmp_path).with_overrides(airflow_port=airflow_service.settings.airflow_port)
     api_pid = processes.running_pid(airflow_service.settings, airflow.API_SERVER)
-    with pytest.raises(processes.ServiceError,
-                       match=f"port {airflow_service.settings.airflow_port} .*busy, held by pid {api_pid}"):
+    with pytest.raises(
+        processes.ServiceError, match=f"port {airflow_service.settings.airflow_port} .*busy, held by pid {api_pid}"
+    ):
         airflow.start(other)
 
 
@@ -63,12 +64,10 @@ def test_up_turns_every_dag_on_and_the_scheduler_runs_them_unasked(airflow_servi
     periodic = ("late_data_recompute", "maintenance", "speed_layer_watchdog")
     try:
         client.unpause_all()
-        assert [client.dag(dag_id).is_paused for dag_id in airflow.DAG_IDS] == \
-            [False] * len(airflow.DAG_IDS)
+        assert [client.dag(dag_id).is_paused for dag_id in airflow.DAG_IDS] == [False] * len(airflow.DAG_IDS)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # catchup is off: each runs its latest interval at once
-            scheduled = {dag_id: any(r.run_type == "scheduled" for r in client.dag_runs(dag_id))
-                         for dag_id in periodic}
+            scheduled = {dag_id: any(r.run_type == "scheduled" for r in client.dag_runs(dag_id)) for dag_id in periodic}
             if all(scheduled.values()):
                 break
             time.sleep(2)

@@ -43,8 +43,9 @@ def _ledger(settings) -> list[tuple[str, date]]:
     return [(row["view"], row["day"]) for row in rows.to_pylist() if row["day"] in DAYS]
 
 
-def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_completes(spark, batch_engine,
-                                                                                       airflow_service):
+def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_completes(
+    spark, batch_engine, airflow_service
+):
     settings, client = airflow_service.settings, airflow_service.client
     start, end = day_start(DAYS[0]), day_start(DAYS[-1]) + DAY
     records = generate(start, end, 1000 * len(DAYS), seed=31, mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
@@ -55,12 +56,14 @@ def test_scheduler_and_api_server_killed_mid_backfill_come_back_with_up_and_it_c
     client.create_backfill(DAG, start, day_start(DAYS[-1]))
     client.unpause(DAG)
     try:
-        processes.poll(lambda: _ledger(settings) or None, 300, 0.2,
-                       lambda: AssertionError("the backfill recorded no day final"))
+        processes.poll(
+            lambda: _ledger(settings) or None, 300, 0.2, lambda: AssertionError("the backfill recorded no day final")
+        )
         scheduler = psutil.Process(processes.running_pid(settings, airflow.SCHEDULER))
         forked = scheduler.children(recursive=True)  # its executor's workers and the tasks they run
-        killed = [psutil.Process(processes.running_pid(settings, name)) for name in (airflow.SCHEDULER,
-                                                                                     airflow.API_SERVER)]
+        killed = [
+            psutil.Process(processes.running_pid(settings, name)) for name in (airflow.SCHEDULER, airflow.API_SERVER)
+        ]
         for proc in killed:
             proc.send_signal(signal.SIGKILL)
         psutil.wait_procs(killed, timeout=30)  # gone, as before a user's `up`: a kill -9 is not instant

@@ -35,9 +35,16 @@ def on_postgres(deployment, batch_engine):
     home.chmod(0o711)
     stored = json.loads((deployment.home / "settings.json").read_text())
     yesterday = datetime.now(timebase.UTC).date() - timedelta(days=1)
-    (home / "settings.json").write_text(json.dumps({
-        **stored, "airflow_database": "postgresql", "airflow_port": deployment.airflow_port + 1,
-        "batch_start_date": yesterday.isoformat()}))
+    (home / "settings.json").write_text(
+        json.dumps(
+            {
+                **stored,
+                "airflow_database": "postgresql",
+                "airflow_port": deployment.airflow_port + 1,
+                "batch_start_date": yesterday.isoformat(),
+            }
+        )
+    )
     try:
         with running(config.load(home)) as service:
             yield service

@@ -30,8 +30,13 @@ VIEW = get("page_views_per_minute")
 @pytest.fixture
 def landed(spark, tables):
     """Two days of messy records (late, resent, malformed) parsed and landed in raw_events."""
-    records = generate(DAY - timedelta(days=1), DAY + timedelta(days=1), 3000, seed=11,
-                       mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
+    records = generate(
+        DAY - timedelta(days=1),
+        DAY + timedelta(days=1),
+        3000,
+        seed=11,
+        mix=Mix(late=0.05, duplicate=0.05, malformed=0.03),
+    )
     land(spark, tables, records)
     return records
 
@@ -44,8 +49,7 @@ def _batch_rows(spark, tables) -> dict:
 
 
 def test_batch_day_equals_oracle_and_rerun_converges(spark, tables, landed):
-    expected = {k: v for k, v in oracle.views(landed)[VIEW.name].items()
-                if DAY <= k[0] < DAY + timedelta(days=1)}
+    expected = {k: v for k, v in oracle.views(landed)[VIEW.name].items() if DAY <= k[0] < DAY + timedelta(days=1)}
     summary = recompute_view(spark, tables, VIEW, DAY, DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == expected
     assert (summary.rows, summary.days, summary.final_days) == (len(expected), (str(DAY.date()),), str(DAY.date()))
@@ -78,12 +82,20 @@ def test_without_raw_events_nothing_is_written(spark, tables):
 def test_a_failing_raw_events_check_stops_every_view_before_it_writes(spark, tables, landed):
     ensure_tables(spark, tables)  # the dimensions some views join (empty)
     raw_events = tables.table("raw_events")
-    moved = (spark.read.format("delta").load(raw_events).where(F.col("event_date") == DAY.date()).limit(1)
-             .withColumn("event_time", F.col("event_time") + F.expr("INTERVAL 1 DAY")))  # out of its day's partition
+    moved = (
+        spark.read.format("delta")
+        .load(raw_events)
+        .where(F.col("event_date") == DAY.date())
+        .limit(1)
+        .withColumn("event_time", F.col("event_time") + F.expr("INTERVAL 1 DAY"))
+    )  # out of its day's partition
     moved.write.format("delta").mode("append").save(raw_events)
     before = storage.delta_tables(tables.storage_root)
-    with pytest.raises(QualityFailed, match=r"raw_events for 2026-11-20..2026-11-20: failed every event is in its "
-                                            r"own day's partition; nothing was written"):
+    with pytest.raises(
+        QualityFailed,
+        match=r"raw_events for 2026-11-20..2026-11-20: failed every event is in its "
+        r"own day's partition; nothing was written",
+    ):
         recompute_day(spark, tables, DAY, DAY + timedelta(days=1))
     created = [t for t in storage.delta_tables(tables.storage_root) if t not in before]
     assert [t.rsplit("/", 1)[-1] for t in created] == ["quality_results"]  # no view's rows, no ledger
@@ -98,8 +110,13 @@ def test_interval_must_be_whole_days(spark, tables, landed):
 
 
 def _results(spark, tables, suite: str) -> list:
-    return (spark.read.format("delta").load(tables.table("quality_results")).where(f"suite = '{suite}'")
-            .orderBy("checked_at", "expectation").collect())
+    return (
+        spark.read.format("delta")
+        .load(tables.table("quality_results"))
+        .where(f"suite = '{suite}'")
+        .orderBy("checked_at", "expectation")
+        .collect()
+    )
 
 
 def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, landed):
@@ -107,19 +124,25 @@ def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, land
     before = _batch_rows(spark, tables)
     passed = _results(spark, tables, f"view.{VIEW.name}")
     assert {(r.expectation, r.success) for r in passed} == {
-        ("every row: views > 0", True), ("every row: unique_users BETWEEN 1 AND views", True),
-        ("views sums to the days' valid unique page_view events in raw_events", True)}
+        ("every row: views > 0", True),
+        ("every row: unique_users BETWEEN 1 AND views", True),
+        ("views sums to the days' valid unique page_view events in raw_events", True),
+    }
 
     strict = dataclasses.replace(VIEW, expectations=("views > 0", "views > 1000"))
-    with pytest.raises(QualityFailed, match=r"view.page_views_per_minute for 2026-11-19..2026-11-20: failed "
-                                            r"every row: views > 1000; nothing was written"):
+    with pytest.raises(
+        QualityFailed,
+        match=r"view.page_views_per_minute for 2026-11-19..2026-11-20: failed "
+        r"every row: views > 1000; nothing was written",
+    ):
         recompute_view(spark, tables, strict, DAY - timedelta(days=1), DAY + timedelta(days=1))
     assert _batch_rows(spark, tables) == before
     ledger = spark.read.format("delta").load(tables.table("serving_state")).select("day").collect()
     assert [r.day for r in ledger] == [DAY.date()]  # the 19th stays provisional
     failed = [r for r in _results(spark, tables, f"view.{VIEW.name}") if not r.success]
     assert [(r.expectation, r.severity, str(r.first_day), str(r.last_day)) for r in failed] == [
-        ("every row: views > 1000", "critical", "2026-11-19", "2026-11-20")]
+        ("every row: views > 1000", "critical", "2026-11-19", "2026-11-20")
+    ]
     docs = tables.data_docs
     assert "view.page_views_per_minute" in docs.read_text()
 
@@ -127,8 +150,9 @@ def test_a_broken_expectation_writes_nothing_and_is_reported(spark, tables, land
 def test_reconciliation_catches_a_lost_window(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
     events = compile.first_copies(spark.read.format("delta").load(tables.table("raw_events")))
-    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' "
-                                                 f"AND window_start < '{end:%Y-%m-%d}'")
+    rows = compile.batch(VIEW, events, {}).where(
+        f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'"
+    )
     quality.check_view(tables, VIEW, rows, events, start, end)
     lost = rows.orderBy("window_start", "page").offset(1)
     with pytest.raises(QualityFailed, match="failed views sums to the days' valid unique page_view events"):
@@ -141,15 +165,17 @@ def test_raw_events_warnings_do_not_block(spark, tables, landed):
     done = quality.check_raw_events(tables, resent, DAY, DAY + timedelta(days=1))
     assert done.failed == []
     assert [(e, s) for e, s, ok, _ in done.results if not ok] == [
-        (f"at most {quality.MOST_RESENT:.0%} of the records are resent copies", "warning")]
+        (f"at most {quality.MOST_RESENT:.0%} of the records are resent copies", "warning")
+    ]
 
 
 def test_checks_in_a_block_update_the_data_docs_once_when_it_ends_even_by_a_failure(spark, tables, landed):
     start, end = DAY, DAY + timedelta(days=1)
     records = spark.read.format("delta").load(tables.table("raw_events"))
     events = compile.first_copies(records)
-    rows = compile.batch(VIEW, events, {}).where(f"window_start >= '{start:%Y-%m-%d}' "
-                                                 f"AND window_start < '{end:%Y-%m-%d}'")
+    rows = compile.batch(VIEW, events, {}).where(
+        f"window_start >= '{start:%Y-%m-%d}' AND window_start < '{end:%Y-%m-%d}'"
+    )
     strict = dataclasses.replace(VIEW, expectations=("views > 1000",))
     with pytest.raises(QualityFailed), quality.docs_once(tables):
         quality.check_raw_events(tables, records, start, end)

@@ -53,8 +53,13 @@ def _free_port() -> int:
 
 
 def _records(seed: int, count: int) -> list:
-    return generate(DAY - timedelta(days=1), DAY + timedelta(days=2), count, seed=seed,
-                    mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
+    return generate(
+        DAY - timedelta(days=1),
+        DAY + timedelta(days=2),
+        count,
+        seed=seed,
+        mix=Mix(late=0.05, duplicate=0.05, malformed=0.03),
+    )
 
 
 def test_a_task_without_the_engine_fails_in_one_line_naming_up(tables):
@@ -91,17 +96,22 @@ def test_engine_killed_mid_recompute_fails_the_task_in_one_line_and_the_rerun_co
         paths = {name: versions.current(tables, name) for name in views}
         committed = {name: deltalake.DeltaTable(path).version() for name, path in paths.items()}
         task = engines.day_task(tables, DAY)
-        processes.poll(lambda: any(deltalake.DeltaTable(path).version() > committed[name]
-                                   for name, path in paths.items()) or None, 300, 0.05,
-                       lambda: AssertionError("the recompute replaced no view's day"))
+        processes.poll(
+            lambda: any(deltalake.DeltaTable(path).version() > committed[name] for name, path in paths.items()) or None,
+            300,
+            0.05,
+            lambda: AssertionError("the recompute replaced no view's day"),
+        )
         os.kill(processes.running_pid(batch_engine, engines.NAME), signal.SIGKILL)  # mid-recompute
         _, errors = task.communicate(timeout=300)
         assert task.returncode == 1
-        assert errors.strip().splitlines()[-1].startswith(
-            "infra.spark.EngineError: the batch engine at sc://127.0.0.1:")
+        assert (
+            errors.strip().splitlines()[-1].startswith("infra.spark.EngineError: the batch engine at sc://127.0.0.1:")
+        )
         halfway = {name: _measures(view, merged_rows(tables, view)) for name, view in views.items()}
-        assert {name for name in views if same_days(halfway[name], new[name])} and \
-            {name for name in views if same_days(halfway[name], before[name])}  # some views replaced, some not yet
+        assert {name for name in views if same_days(halfway[name], new[name])} and {
+            name for name in views if same_days(halfway[name], before[name])
+        }  # some views replaced, some not yet
 
         restarted = engines.watch(batch_engine.with_overrides(batch_engine_warm_up=True))  # the watchdog DAG's task
         assert restarted.startswith("restarted") and restarted.endswith("warmed up with a rehearsed day")

@@ -13,8 +13,16 @@ from views import events
 
 pytestmark = pytest.mark.integration
 
-GOOD = {"event_id": "e1", "event_time": "2026-11-20T10:15:30.250+01:00", "event_type": "purchase",
-        "user_id": "u1", "session_id": "s1", "product_id": "p1", "quantity": 2, "amount": 19.99}
+GOOD = {
+    "event_id": "e1",
+    "event_time": "2026-11-20T10:15:30.250+01:00",
+    "event_type": "purchase",
+    "user_id": "u1",
+    "session_id": "s1",
+    "product_id": "p1",
+    "quantity": 2,
+    "amount": 19.99,
+}
 
 
 def _with(**changes) -> bytes:
@@ -44,8 +52,9 @@ CASES = [
 
 def _parse(spark, values: list[bytes]):
     rows = [(b"k", v, "events", 0, i, datetime(2026, 11, 20, 9), 0) for i, v in enumerate(values)]
-    return events.parse(spark.createDataFrame(rows, events.KAFKA_RECORD), EVENTS, max_payload_bytes=4096,
-                        future_horizon_seconds=3600)
+    return events.parse(
+        spark.createDataFrame(rows, events.KAFKA_RECORD), EVENTS, max_payload_bytes=4096, future_horizon_seconds=3600
+    )
 
 
 def test_every_bad_record_is_dead_lettered_with_its_reason(spark):

@@ -48,8 +48,7 @@ def test_start_twice_then_stop_leaves_nothing(tmp_path, broker):
 
 def _deployment(tmp_path, broker):
     """A deployment of its own topics on the session's broker."""
-    overrides = {**json.loads((broker.home / "settings.json").read_text()),
-                 "topic_prefix": f"{tmp_path.name}-"}
+    overrides = {**json.loads((broker.home / "settings.json").read_text()), "topic_prefix": f"{tmp_path.name}-"}
     (tmp_path / "settings.json").write_text(json.dumps(overrides))
     settings = load(tmp_path)
     kafka.ensure_topics(settings)
@@ -57,9 +56,14 @@ def _deployment(tmp_path, broker):
 
 
 def _produce(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lambdalake.cli", "produce", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=120,
-                          env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "lambdalake.cli", "produce", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_produce_products_publishes_the_changelog(tmp_path, broker):
@@ -71,8 +75,9 @@ def test_produce_products_publishes_the_changelog(tmp_path, broker):
     done = _produce(settings, "--days", "1", "--per-day", "50", "--changelog")
     assert done.returncode == 0, done.stderr
     topic = settings.topic_of("products")
-    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
     records = list(consumer)
     consumer.close()
     deletions = [r for r in records if r.value is None]
@@ -87,10 +92,16 @@ def test_produce_says_how_many_records_kafka_did_not_acknowledge(tmp_path, broke
     with one line that says how many were not, and why."""
     settings = _deployment(tmp_path, broker)
     events = tmp_path / "events.jsonl"
-    events.write_text("\n".join(json.dumps({"user_id": user, "page": page})
-                                for user, page in (("u1", "/"), ("u2", "x" * 1_100_000), ("u3", "/"))))
+    events.write_text(
+        "\n".join(
+            json.dumps({"user_id": user, "page": page})
+            for user, page in (("u1", "/"), ("u2", "x" * 1_100_000), ("u3", "/"))
+        )
+    )
     done = _produce(settings, "--from-file", str(events))
     assert done.returncode == 1 and done.stdout == "" and len(done.stderr.splitlines()) == 1
-    assert done.stderr.startswith(f"lambdalake: error: Kafka at {settings.kafka_bootstrap} did not acknowledge 1 of 3 "
-                                  f"records sent to {settings.topic} (the first: [Error 10] MessageSizeTooLargeError: ")
+    assert done.stderr.startswith(
+        f"lambdalake: error: Kafka at {settings.kafka_bootstrap} did not acknowledge 1 of 3 "
+        f"records sent to {settings.topic} (the first: [Error 10] MessageSizeTooLargeError: "
+    )
     assert sum(kafka.end_offsets(settings, settings.topic).values()) == 2

@@ -43,8 +43,13 @@ def test_optimize_then_vacuum_within_and_past_the_retention(spark, tables):
 def test_a_table_with_nothing_to_do_gets_no_commit(spark, tables):
     one_file, one_per_partition, compacted = (tables.table(n) for n in ("dead_letters", "raw_events", "late_events"))
     spark.range(10).write.format("delta").save(one_file)
-    (spark.range(10).selectExpr("id", "timestamp_seconds(id % 2) AS hour")  # folders named with ' ' and ':'
-     .write.format("delta").partitionBy("hour").save(one_per_partition))
+    (
+        spark.range(10)
+        .selectExpr("id", "timestamp_seconds(id % 2) AS hour")  # folders named with ' ' and ':'
+        .write.format("delta")
+        .partitionBy("hour")
+        .save(one_per_partition)
+    )
     _append(spark, compacted, 2)
     settings = dataclasses.replace(tables, vacuum_retention_hours=0)  # any file the newest version does not read may go
     assert maintenance.optimize(spark, settings) == {"late_events": 2}

@@ -23,8 +23,14 @@ pytestmark = pytest.mark.integration
 
 
 def _cli(home, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lambdalake.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "LAMBDALAKE_HOME": str(home)}, check=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lambdalake.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LAMBDALAKE_HOME": str(home)},
+        check=True,
+        timeout=120,
+    )
 
 
 def _orders(settings) -> dict[datetime, tuple]:
@@ -36,22 +42,35 @@ def test_a_domain_in_a_folder_of_its_own_runs_end_to_end(tmp_path, broker, spark
     folder = tmp_path / "acme_shop"
     assert not folder.resolve().is_relative_to(REPO)
     _cli(tmp_path, "new-domain", str(folder))
-    scaffolded = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests")],
-                                capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    scaffolded = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert scaffolded.returncode == 0, scaffolded.stdout + scaffolded.stderr
 
     home = tmp_path / "home"
     home.mkdir()
     stored = json.loads((broker.home / "settings.json").read_text())
-    (home / "settings.json").write_text(json.dumps({**stored, "domain": str(folder), "view_modules": [],
-                                                    "topic_prefix": f"{tmp_path.name}-"}))
+    (home / "settings.json").write_text(
+        json.dumps({**stored, "domain": str(folder), "view_modules": [], "topic_prefix": f"{tmp_path.name}-"})
+    )
     settings = load(home)
     assert list(settings.views) == ["orders_per_hour"] and settings.topic == f"{tmp_path.name}-acme_shop-events"
 
     day = timebase.day_start((datetime.now(timebase.UTC) - timedelta(days=1)).date())
-    events = [{"event_id": f"e{n}", "event_time": (day + timedelta(hours=hour, minutes=n)).isoformat(),
-               "event_type": kind, "user_id": f"u{n % 3}", **({"amount": n} if kind == "order" else {})}
-              for n, (hour, kind) in enumerate([(9, "order"), (9, "signup"), (9, "order"), (10, "order")], 1)]
+    events = [
+        {
+            "event_id": f"e{n}",
+            "event_time": (day + timedelta(hours=hour, minutes=n)).isoformat(),
+            "event_type": kind,
+            "user_id": f"u{n % 3}",
+            **({"amount": n} if kind == "order" else {}),
+        }
+        for n, (hour, kind) in enumerate([(9, "order"), (9, "signup"), (9, "order"), (10, "order")], 1)
+    ]
     lines = [json.dumps(event) for event in events] + [json.dumps(events[0]), '{"event_id": "e9"}']
     (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
     kafka.ensure_topics(settings)

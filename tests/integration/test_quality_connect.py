@@ -57,11 +57,21 @@ print(json.dumps(out, default=str))
 
 
 def test_the_checks_run_on_the_batch_engines_dataframes(spark, batch_engine, tables):
-    records = generate(DAY - timedelta(days=1), DAY + timedelta(days=1), 3000, seed=31,
-                       mix=Mix(late=0.05, duplicate=0.05, malformed=0.03))
+    records = generate(
+        DAY - timedelta(days=1),
+        DAY + timedelta(days=1),
+        3000,
+        seed=31,
+        mix=Mix(late=0.05, duplicate=0.05, malformed=0.03),
+    )
     land(spark, tables, records)
-    task = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "LAMBDALAKE_HOME": str(tables.home), "PYTHONPATH": str(REPO)})
+    task = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LAMBDALAKE_HOME": str(tables.home), "PYTHONPATH": str(REPO)},
+    )
     assert task.returncode == 0, task.stderr[-3000:]
     out = json.loads(task.stdout.strip().splitlines()[-1])
 
@@ -71,8 +81,8 @@ def test_the_checks_run_on_the_batch_engines_dataframes(spark, batch_engine, tab
     expected = {k: v for k, v in oracle.views(records)["page_views_per_minute"].items() if k[0].date() == DAY.date()}
     assert out["per_day"] == {str(DAY.date()): len(expected)}
     assert dict((e, o) for e, _, _, o in out["view"])[
-        "views sums to the days' valid unique page_view events in raw_events"] == str(
-        sum(v for v, _ in expected.values()))
+        "views sums to the days' valid unique page_view events in raw_events"
+    ] == str(sum(v for v, _ in expected.values()))
     failing = {(timebase.utc(k[0]).isoformat(), k[1]) for k, (views, _) in expected.items() if views >= 2}
     assert "failed every row: views < 2; nothing was written" in out["failed"]
     assert {(k["window_start"], k["page"]) for k in out["failing"]["every row: views < 2"]} <= failing

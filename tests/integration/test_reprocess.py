@@ -48,8 +48,13 @@ def _merged(settings, name: str) -> dict:
     view = get(name)
     columns, rows = engine.query(settings, f'SELECT * FROM "{name}"')
     found = [dict(zip(columns, row, strict=True)) for row in rows]
-    return {(timebase.utc(r["window_start"]), *(r[k] for k in view.keys)):
-            (*(r[m.name] for m in view.measures), r["source"]) for r in found}
+    return {
+        (timebase.utc(r["window_start"]), *(r[k] for k in view.keys)): (
+            *(r[m.name] for m in view.measures),
+            r["source"],
+        )
+        for r in found
+    }
 
 
 def _exact(records, before: datetime) -> dict:
@@ -79,7 +84,8 @@ def test_reprocess_builds_aside_switches_both_views_in_one_commit_and_switches_b
     summary = reprocess.publish(tables, plan, built, based_on)
     assert _pointer_commits(tables) == 1  # both views switched in one commit
     assert {name: version.label for name, version in versions.describe(tables, VIEWS).items()} == {
-        name: "v2" for name in VIEWS}
+        name: "v2" for name in VIEWS
+    }
     assert (summary[PAGE_VIEWS.name].label, summary[PAGE_VIEWS.name].previous) == ("v2", versions.INITIAL)
     after = _merged(tables, PAGE_VIEWS.name)
     assert after == _exact(seen + more, NEXT_DAY) != before[PAGE_VIEWS.name]  # the 20th recomputed, the 19th copied
@@ -93,8 +99,9 @@ def test_reprocess_builds_aside_switches_both_views_in_one_commit_and_switches_b
 
     recompute_view(spark, tables, PAGE_VIEWS, NEXT_DAY, NEXT_DAY + timebase.DAY)  # the nightly run, into v2
     nightly = {k: v for k, v in _merged(tables, PAGE_VIEWS.name).items() if k[0] >= NEXT_DAY}
-    assert nightly and nightly == {k: v for k, v in _exact(seen + more, NEXT_DAY + timebase.DAY).items()
-                                   if k[0] >= NEXT_DAY}
+    assert nightly and nightly == {
+        k: v for k, v in _exact(seen + more, NEXT_DAY + timebase.DAY).items() if k[0] >= NEXT_DAY
+    }
 
     switched = versions.switch_back(tables, VIEWS)
     assert {name: done.label for name, done in switched.items()} == {name: versions.INITIAL for name in VIEWS}

@@ -41,8 +41,9 @@ def _home(tmp_path_factory, deployment, name: str, **overrides):
 def served(spark, deployment, tmp_path_factory):
     """A running `lambdalake serve` over two days of events: the first final (batch), the second provisional."""
     settings = _home(tmp_path_factory, deployment, "served", serve_port=free_port())
-    records = generator.generate(DAY, DAY + timedelta(days=2), 800, seed=11,
-                                 mix=Mix(late=0, duplicate=0.05, malformed=0.05))
+    records = generator.generate(
+        DAY, DAY + timedelta(days=2), 800, seed=11, mix=Mix(late=0, duplicate=0.05, malformed=0.05)
+    )
     views = settings.views
     queries.ensure_tables(spark, settings)
     Fold(spark, settings, list(views.values()), "http")(kafka_frame(spark, records), 0)
@@ -62,8 +63,12 @@ def _all_rows(settings, name: str) -> list[dict]:
 
 
 def _key(view, row: dict) -> tuple:
-    return (timebase.utc(datetime.fromisoformat(row["window_start"]) if isinstance(row["window_start"], str)
-                         else row["window_start"]), *(row[k] for k in view.keys))
+    return (
+        timebase.utc(
+            datetime.fromisoformat(row["window_start"]) if isinstance(row["window_start"], str) else row["window_start"]
+        ),
+        *(row[k] for k in view.keys),
+    )
 
 
 def test_views_lists_every_view_with_its_final_and_provisional_days(served):
@@ -97,8 +102,11 @@ def test_view_rows_filter_by_time_range_and_key(served):
     start, end = DAY + timedelta(hours=20), DAY + timedelta(hours=28)
     page = sorted(_all_rows(served, view.name), key=lambda r: -r["views"])[0]["page"]
     rows = _get(served, f"/views/{view.name}", start=start.isoformat(), end=end.isoformat(), page=page).json()["rows"]
-    expected = {_key(view, r) for r in _all_rows(served, view.name)
-                if start <= timebase.utc(r["window_start"]) < end and r["page"] == page}
+    expected = {
+        _key(view, r)
+        for r in _all_rows(served, view.name)
+        if start <= timebase.utc(r["window_start"]) < end and r["page"] == page
+    }
     assert expected and {_key(view, r) for r in rows} == expected
     assert {r["source"] for r in rows} == {"batch", "speed"}  # the range spans the final day's end
 
@@ -116,15 +124,25 @@ def test_query_runs_sandboxed_sql(served, tmp_path):
     columns, rows = engine.query(served, sql)
     assert body == {"columns": columns, "rows": [list(r) for r in rows]} and rows
     target = tmp_path / "stolen.csv"
-    escape = requests.post(served.serve_url + "query", timeout=30,
-                           json={"sql": f"COPY (SELECT * FROM raw_events) TO '{target}'"})
+    escape = requests.post(
+        served.serve_url + "query", timeout=30, json={"sql": f"COPY (SELECT * FROM raw_events) TO '{target}'"}
+    )
     assert escape.status_code == 400 and "only SELECT" in escape.json()["detail"] and not target.exists()
 
 
 def _cli_query(settings, sql: str, *path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lambdalake.cli", "query", sql], capture_output=True, text=True,
-                          cwd=REPO, env={"LAMBDALAKE_HOME": str(settings.home), "PATH": "/usr/bin:/bin",
-                                         "PYTHONPATH": ":".join(map(str, (*path, REPO)))}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lambdalake.cli", "query", sql],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={
+            "LAMBDALAKE_HOME": str(settings.home),
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": ":".join(map(str, (*path, REPO))),
+        },
+        timeout=120,
+    )
 
 
 def test_the_command_line_asks_the_running_api_and_answers_alike_without_it(served, tmp_path):
@@ -139,19 +157,27 @@ def test_the_command_line_asks_the_running_api_and_answers_alike_without_it(serv
     finally:
         services.start_serving(served)
     assert refused.returncode == 1 and refused.stderr.splitlines() == [
-        "lambdalake: error: table function read_csv() is not allowed; only generate_series, range, unnest"]
+        "lambdalake: error: table function read_csv() is not allowed; only generate_series, range, unnest"
+    ]
 
 
 def test_health_reports_days_dead_letters_freshness_and_the_batch_engine(served):
     health = _get(served, "/health").json()
-    assert health["batch_engine"] == {"running": False, "healthy": False, "url": served.batch_engine_url,
-                                      "master": served.spark_master_url, "rss_mb": None}  # none in its home
+    assert health["batch_engine"] == {
+        "running": False,
+        "healthy": False,
+        "url": served.batch_engine_url,
+        "master": served.spark_master_url,
+        "rss_mb": None,
+    }  # none in its home
     [(dead,)] = engine.query(served, "SELECT count(*) FROM dead_letters")[1]
     assert dead > 0 and health["dead_letters"] == dead
     assert health["speed_layer"]["running"] is False and health["speed_rows_age_seconds"] >= 0
     page_views = health["views"]["page_views_per_minute"]
-    assert ((page_views["final_days"], page_views["provisional_days"])
-            == (str(DAY.date()), str((DAY + timedelta(days=1)).date())))
+    assert (page_views["final_days"], page_views["provisional_days"]) == (
+        str(DAY.date()),
+        str((DAY + timedelta(days=1)).date()),
+    )
     assert datetime.fromisoformat(page_views["newest_window"]) >= DAY + timedelta(days=1)
 
 
@@ -165,8 +191,9 @@ def test_a_set_token_is_required_by_every_route_of_the_deployment_s_data(served,
     settings.data.mkdir(parents=True)
     services.start_serving(settings)
     try:
-        assert [_get(settings, path).status_code for path in ("/views", "/views/page_views_per_minute", "/health")] == \
-            [401] * 3
+        assert [_get(settings, path).status_code for path in ("/views", "/views/page_views_per_minute", "/health")] == [
+            401
+        ] * 3
         assert requests.post(settings.serve_url + "query", json={"sql": "SELECT 1"}, timeout=30).status_code == 401
         assert [_get(settings, path).status_code for path in ("/openapi.json", "/")] == [200, 200]
         ok = requests.get(settings.serve_url + "views", headers={"Authorization": "Bearer s3cret"}, timeout=30)
@@ -183,7 +210,8 @@ def test_dashboard_charts_final_and_provisional_rows_and_runs_a_query(served):
         browser.get(served.serve_url)
         wait = WebDriverWait(browser, 60)
         points = lambda trace: browser.find_elements(  # noqa: E731
-            By.CSS_SELECTOR, f"#chart g.trace.scatter:nth-of-type({trace}) path.point")
+            By.CSS_SELECTOR, f"#chart g.trace.scatter:nth-of-type({trace}) path.point"
+        )
         wait.until(lambda _: points(1) and points(2))  # final (batch) and provisional (speed) rows
         legend = browser.find_element(By.CSS_SELECTOR, "#chart .legend").text
         assert "final (batch)" in legend and "provisional (speed)" in legend

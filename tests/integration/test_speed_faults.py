@@ -37,8 +37,12 @@ def _deployment(tmp_path, base, **changes):
     """A deployment like ``base`` with its own events topic, whose speed layer keeps only
     page_views_per_minute (the faults are the same for every view)."""
     settings_json = json.loads((base.home / "settings.json").read_text())
-    settings_json.update(topic_prefix=f"{tmp_path.name}-", max_offsets_per_trigger=20_000,
-                         speed_views=["page_views_per_minute"], **changes)
+    settings_json.update(
+        topic_prefix=f"{tmp_path.name}-",
+        max_offsets_per_trigger=20_000,
+        speed_views=["page_views_per_minute"],
+        **changes,
+    )
     (tmp_path / "settings.json").write_text(json.dumps(settings_json))
     return load(tmp_path)
 
@@ -56,8 +60,13 @@ def home(tmp_path, broker):
 def on_cluster(tmp_path, deployment):
     """A deployment on a Kafka cluster of its own, beside the session's broker: three brokers, topics
     replicated 3 times with min.insync.replicas 2; its speed layer and brokers are stopped after."""
-    settings = _deployment(tmp_path, deployment, kafka_brokers=3, kafka_port=KAFKA_CLUSTER_PORT,
-                           kafka_controller_port=KAFKA_CLUSTER_PORT + 1)
+    settings = _deployment(
+        tmp_path,
+        deployment,
+        kafka_brokers=3,
+        kafka_port=KAFKA_CLUSTER_PORT,
+        kafka_controller_port=KAFKA_CLUSTER_PORT + 1,
+    )
     try:
         kafka.start(settings)
         yield settings
@@ -83,11 +92,15 @@ def _recent(count: int, seed: int, mix: Mix) -> list[Record]:
 
 
 def _landed(settings) -> tuple[int, int, int, int]:
-    _, [row] = engine.query(settings, (
-        "SELECT (SELECT count(*) FROM raw_events), "
-        "(SELECT count(DISTINCT (\"partition\", \"offset\")) FROM raw_events), "
-        "(SELECT count(*) FROM dead_letters), "
-        "(SELECT count(DISTINCT (\"partition\", \"offset\")) FROM dead_letters)"))
+    _, [row] = engine.query(
+        settings,
+        (
+            "SELECT (SELECT count(*) FROM raw_events), "
+            '(SELECT count(DISTINCT ("partition", "offset")) FROM raw_events), '
+            "(SELECT count(*) FROM dead_letters), "
+            '(SELECT count(DISTINCT ("partition", "offset")) FROM dead_letters)'
+        ),
+    )
     return row
 
 
@@ -119,7 +132,7 @@ def _stream(settings, records, seconds: int = 40) -> None:
     """Send ``records`` in order, spread over about ``seconds``."""
     step = len(records) // seconds + 1
     for start in range(0, len(records), step):
-        producer.send(settings, records[start:start + step])
+        producer.send(settings, records[start : start + step])
         time.sleep(1)
 
 
@@ -150,7 +163,13 @@ def test_kill_9_five_times_during_100k_events_the_watchdog_restarts_it_and_nothi
     _assert_speed_view_equals_oracle(home, records)
     assert services.speed_health(home).error is None and services.speed_problem(home) is None
     assert list(services.speed_health(home).startup) == [  # what its last start took, step by step
-        "imports", "resume plan", "Spark session", "tables", "events query", "dimension queries"]
+        "imports",
+        "resume plan",
+        "Spark session",
+        "tables",
+        "events query",
+        "dimension queries",
+    ]
     services.stop_speed(home, hold=True)  # `lambdalake speed stop`: the watchdog leaves it stopped
     assert services.watch_speed(home).startswith("held")
     assert processes.running_pid(home, services.SPEED) is None
@@ -180,8 +199,10 @@ def _replicas(settings) -> dict[int, tuple[int, int, int]]:
         [topic] = admin.describe_topics([settings.topic])
     finally:
         admin.close()
-    return {p["partition_index"]: (p["leader_id"], len(p["replica_nodes"]), len(p["isr_nodes"]))
-            for p in topic["partitions"]}
+    return {
+        p["partition_index"]: (p["leader_id"], len(p["replica_nodes"]), len(p["isr_nodes"]))
+        for p in topic["partitions"]
+    }
 
 
 def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
@@ -193,8 +214,12 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
     speed_pid = processes.running_pid(on_cluster, services.SPEED)
     with ThreadPoolExecutor(1) as pool:
         sending = pool.submit(_stream, on_cluster, records, 30)
-        processes.poll(lambda: services.speed_health(on_cluster).processed or None,
-                       120, 1, lambda: AssertionError("the speed layer landed nothing"))
+        processes.poll(
+            lambda: services.speed_health(on_cluster).processed or None,
+            120,
+            1,
+            lambda: AssertionError("the speed layer landed nothing"),
+        )
         victim = next(n for n in kafka.nodes(on_cluster) if n.id == _replicas(on_cluster)[0][0])
         _kill_9(on_cluster, victim.name)
         assert not sending.done() and not kafka.status(on_cluster).healthy
@@ -206,8 +231,12 @@ def test_a_cluster_broker_killed_mid_stream_loses_and_stops_nothing(on_cluster):
     assert services.speed_health(on_cluster).error is None and services.speed_problem(on_cluster) is None
     kafka.start(on_cluster)  # the killed broker again: healthy, and back in every partition's in-sync replicas
     assert kafka.status(on_cluster).healthy
-    processes.poll(lambda: {isr for _, _, isr in _replicas(on_cluster).values()} == {3} or None, 120, 1,
-                   lambda: AssertionError(f"broker {victim.id} did not rejoin: {_replicas(on_cluster)}"))
+    processes.poll(
+        lambda: {isr for _, _, isr in _replicas(on_cluster).values()} == {3} or None,
+        120,
+        1,
+        lambda: AssertionError(f"broker {victim.id} did not rejoin: {_replicas(on_cluster)}"),
+    )
 
 
 def _fuzzed(rng: random.Random, good: bytes) -> bytes:
@@ -291,14 +320,18 @@ def test_a_hung_micro_batch_shows_its_true_lag_and_the_watchdog_restarts_it(in_o
     records = _recent(1_000, seed=24, mix=Mix(late=0, duplicate=0, malformed=0))
     services.start_speed(settings)
     for start in range(0, 600, 100):  # a few micro-batches: the speed layer learns its usual duration
-        producer.send(settings, records[start:start + 100])
+        producer.send(settings, records[start : start + 100])
         services.wait_for_landing(settings)
     assert services.speed_health(settings).lag == 0
     os.kill(store, signal.SIGSTOP)  # every write to the tables now blocks: the next micro-batch hangs
     producer.send(settings, records[600:])
     backlog = len(records) - 600  # far below max_offsets_per_trigger: one micro-batch takes it all
-    processes.poll(lambda: services.speed_health(settings).lag == backlog or None, 10, 0.5,
-                   lambda: AssertionError(f"lag {services.speed_health(settings).lag}, not {backlog}"))
+    processes.poll(
+        lambda: services.speed_health(settings).lag == backlog or None,
+        10,
+        0.5,
+        lambda: AssertionError(f"lag {services.speed_health(settings).lag}, not {backlog}"),
+    )
     deadline = time.monotonic() + 120
     while (problem := services.speed_problem(settings)) is None and time.monotonic() < deadline:
         assert services.speed_health(settings).lag == backlog  # the hung micro-batch's are not processed

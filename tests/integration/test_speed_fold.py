@@ -36,8 +36,13 @@ CUTS = 5
 @pytest.fixture(scope="module")
 def records():
     start = timebase.day_start(datetime(2026, 6, 1).date())
-    records = generator.generate(start, start + timedelta(hours=3), 1200, seed=3,
-                                 mix=Mix(late=0.05, duplicate=0.08, malformed=0.02, late_by=(12, 40)))
+    records = generator.generate(
+        start,
+        start + timedelta(hours=3),
+        1200,
+        seed=3,
+        mix=Mix(late=0.05, duplicate=0.08, malformed=0.02, late_by=(12, 40)),
+    )
     tombstone = Record(records[100].send_at, b"u1", None, "malformed")  # a record with no value at all
     return [*records[:100], tombstone, *records[100:]]
 
@@ -50,12 +55,11 @@ def _home(tmp_path_factory, deployment, name):
 
 def _batches(spark, records):
     step = len(records) // CUTS + 1
-    return [kafka_frame(spark, records[i:i + step]) for i in range(0, len(records), step)]
+    return [kafka_frame(spark, records[i : i + step]) for i in range(0, len(records), step)]
 
 
 def _speed(settings):
-    return {name: merged_rows(settings, view)
-            for name, view in settings.views.items()}
+    return {name: merged_rows(settings, view) for name, view in settings.views.items()}
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +99,15 @@ def _restarted(spark, settings, records, before_restart: int, crash=None):
 
 def _same(speed: dict, other: dict) -> bool:
     """The same rows in every view, floats (sums of durations, added in another order) to rounding."""
+
     def close(value, expected) -> bool:
         return value == (pytest.approx(expected) if isinstance(value, float) else expected)
 
     return speed.keys() == other.keys() and all(
         rows.keys() == other[name].keys()
         and all(close(value, other[name][key][column]) for key, row in rows.items() for column, value in row.items())
-        for name, rows in speed.items())
+        for name, rows in speed.items()
+    )
 
 
 def _lose_last_raw_events_commit(settings):
@@ -113,8 +119,9 @@ def _lose_last_raw_events_commit(settings):
 
 
 @pytest.mark.parametrize("crash", [None, _lose_last_raw_events_commit], ids=["replayed", "crashed-before-raw-events"])
-def test_a_fold_rebuilt_from_the_tables_goes_on_exactly(spark, deployment, tmp_path_factory, records, folded,
-                                                         uninterrupted, crash):
+def test_a_fold_rebuilt_from_the_tables_goes_on_exactly(
+    spark, deployment, tmp_path_factory, records, folded, uninterrupted, crash
+):
     """A fold rebuilt from the tables after a replay or a crash goes on as the uninterrupted one: the same
     rows in every view, and the same dead letters, though it parses every dead record again (it has
     ``driver_bytes=0``)."""
@@ -133,8 +140,14 @@ def test_sessions_show_while_open_and_grow(spark, tables):
     start = datetime(2026, 6, 1, 10, 58, tzinfo=timebase.UTC)
 
     def event(i: int, minutes: int) -> Record:
-        body = {"event_id": f"e{i}", "event_type": "page_view", "user_id": "u1", "session_id": "s1", "page": "/",
-                "event_time": (start + timedelta(minutes=minutes)).isoformat()}
+        body = {
+            "event_id": f"e{i}",
+            "event_type": "page_view",
+            "user_id": "u1",
+            "session_id": "s1",
+            "page": "/",
+            "event_time": (start + timedelta(minutes=minutes)).isoformat(),
+        }
         return Record(start, b"u1", json.dumps(body).encode(), "valid")
 
     seen = []
@@ -157,8 +170,9 @@ def test_compaction_folds_closed_hours_and_changes_no_merged_row(spark, folded, 
     assert compact(spark, folded) == {}  # nothing left to fold
 
 
-def test_a_fold_that_packs_its_files_as_it_goes_merges_to_the_same_rows(spark, deployment, tmp_path_factory, records,
-                                                                      folded, uninterrupted):
+def test_a_fold_that_packs_its_files_as_it_goes_merges_to_the_same_rows(
+    spark, deployment, tmp_path_factory, records, folded, uninterrupted
+):
     """The partitions the fold writes, packed while it folds (speed_layer.packing), hold the same rows in
     fewer files."""
     settings = _home(tmp_path_factory, deployment, "packed")
@@ -197,29 +211,39 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     views = [all_views()["page_views_per_minute"], all_views()["active_users_hourly"]]
     queries.ensure_tables(spark, tables)
     start = datetime(2026, 6, 1, 10, tzinfo=timebase.UTC)
-    write_deltalake(tables.table("serving_state"), pa.Table.from_pylist(
-        [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}],
-        catalog.SERVING_STATE.schema))
-    records = generator.generate(start, start + timedelta(hours=1), 300, seed=4,
-                                 mix=Mix(late=0, duplicate=0, malformed=0))
+    write_deltalake(
+        tables.table("serving_state"),
+        pa.Table.from_pylist(
+            [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}],
+            catalog.SERVING_STATE.schema,
+        ),
+    )
+    records = generator.generate(
+        start, start + timedelta(hours=1), 300, seed=4, mix=Mix(late=0, duplicate=0, malformed=0)
+    )
     Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
-    counted = {(r.view, r.day): r.events
-               for r in spark.read.format("delta").load(tables.table("late_events")).collect()}
-    assert counted == {("page_views_per_minute", start.date()): sum(
-        json.loads(r.value)["event_type"] == "page_view" for r in records)}
+    counted = {
+        (r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()
+    }
+    assert counted == {
+        ("page_views_per_minute", start.date()): sum(json.loads(r.value)["event_type"] == "page_view" for r in records)
+    }
     assert stale_days(tables) == [start.date()]
 
 
 def _landed(spark, settings) -> dict[str, Counter]:
     """raw_events and dead_letters rows, without the times they were landed at."""
+
     def rows(table, left_out):
         return Counter(map(tuple, spark.read.format("delta").load(table.path(settings)).drop(*left_out).collect()))
-    return {"raw_events": rows(catalog.RAW_EVENTS, ("ingested_at",)),
-            "dead_letters": rows(catalog.DEAD_LETTERS, ("dead_lettered_at", "dead_letter_date"))}
+
+    return {
+        "raw_events": rows(catalog.RAW_EVENTS, ("ingested_at",)),
+        "dead_letters": rows(catalog.DEAD_LETTERS, ("dead_lettered_at", "dead_letter_date")),
+    }
 
 
-def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployment, tmp_path_factory, records,
-                                                                 folded):
+def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployment, tmp_path_factory, records, folded):
     """Without views, the fold lands the same raw_events (every copy) and dead_letters as the fold with
     every view; a replayed micro-batch adds nothing."""
     settings = _home(tmp_path_factory, deployment, "landing-alone")
@@ -232,9 +256,11 @@ def test_landing_alone_lands_what_the_fold_with_views_lands_once(spark, deployme
     for batch_id in range(2, len(batches)):
         fold(batches[batch_id], batch_id)
     assert _landed(spark, settings) == _landed(spark, folded)
-    replayed = records[2 * (len(records) // CUTS + 1):]
+    replayed = records[2 * (len(records) // CUTS + 1) :]
     assert (fold.totals["records"], fold.totals["dead_letters"]) == (
-        len(replayed), sum(r.kind == "malformed" for r in replayed))
+        len(replayed),
+        sum(r.kind == "malformed" for r in replayed),
+    )
 
 
 def _statistics(settings, table: catalog.Table = catalog.RAW_EVENTS) -> set[str]:
@@ -250,7 +276,8 @@ def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, f
     assert _statistics(folded) == {"event_time", "ingested_at"}
     schema = spark.read.format("delta").load(catalog.RAW_EVENTS.path(folded)).schema
     spark.createDataFrame([], schema).write.format("delta").partitionBy("event_date").save(
-        catalog.RAW_EVENTS.path(tables))
+        catalog.RAW_EVENTS.path(tables)
+    )
     queries.ensure_tables(spark, tables)
     Fold(spark, tables, [], "statistics", driver_bytes=0)(_batches(spark, records)[0], 0)
     assert _statistics(tables) == {"event_time", "ingested_at"}
@@ -259,6 +286,7 @@ def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, f
 def test_speed_partials_keep_row_counts_and_no_statistics(spark, tables, records, folded):
     """speed_partials' files carry their row counts (compaction finds crowded hours by them) and no
     column statistics, and a speed_partials created without that setting gets it when the fold starts."""
+
     def counted(settings) -> list[int | None]:
         table = catalog.SPEED_PARTIALS.opened(settings)
         return pa.table(table.get_add_actions(flatten=True))["num_records"].to_pylist() if table else []
@@ -266,7 +294,8 @@ def test_speed_partials_keep_row_counts_and_no_statistics(spark, tables, records
     assert _statistics(folded, catalog.SPEED_PARTIALS) == set() and None not in counted(folded)
     path = catalog.SPEED_PARTIALS.path(tables)
     spark.read.format("delta").load(catalog.SPEED_PARTIALS.path(folded)).limit(0).write.format("delta").partitionBy(
-        *catalog.SPEED_PARTIALS.partition_by).save(path)
+        *catalog.SPEED_PARTIALS.partition_by
+    ).save(path)
     views = list(tables.views.values())
     queries.ensure_tables(spark, tables)
     batches = _batches(spark, records)
@@ -288,8 +317,10 @@ def test_a_table_changed_by_maintenance_between_micro_batches_stops_nothing(spar
     fold(batches[0], 0)
     for table in (catalog.RAW_EVENTS, catalog.SPEED_PARTIALS):  # each kept open by the fold since its commit
         deltalake.DeltaTable(table.path(tables)).alter.set_table_properties(
-            {"delta.logRetentionDuration": "interval 9 days"})
+            {"delta.logRetentionDuration": "interval 9 days"}
+        )
     fold(batches[1], 1)
     step = len(records) // CUTS + 1
     assert spark.read.format("delta").load(catalog.RAW_EVENTS.path(tables)).count() == sum(
-        r.kind != "malformed" for r in records[:2 * step])
+        r.kind != "malformed" for r in records[: 2 * step]
+    )

@@ -52,8 +52,9 @@ ON_OBJECT_STORE = ("clickstream", 8)
 
 
 def _event(at: datetime, **fields) -> Record:
-    return Record(at, b"flusher", json.dumps({**fields, "event_time": at.isoformat().replace("+00:00", "Z")}).encode(),
-                  "valid")
+    return Record(
+        at, b"flusher", json.dumps({**fields, "event_time": at.isoformat().replace("+00:00", "Z")}).encode(), "valid"
+    )
 
 
 @dataclass(frozen=True)
@@ -73,26 +74,41 @@ class Case:
 
 
 CASES = (
-    Case("clickstream", (5, 8), clickstream_generator, oracle.views, oracle.category_as_of, oracle.latest_category,
-         lambda at: _event(at, event_id=f"flush-{at:%H%M}", event_type="page_view", user_id="flusher",
-                           session_id="flush", page="/"),
-         EXTRA_VIEWS),
-    Case("ads", (3,), ads_generator, ads_oracle.views, ads_oracle.campaign_as_of, ads_oracle.latest_campaign,
-         lambda at: _event(at, event_id=f"flush-{at:%H%M}", event_type="purchase", user_id="flusher", ad_id="ad0")),
+    Case(
+        "clickstream",
+        (5, 8),
+        clickstream_generator,
+        oracle.views,
+        oracle.category_as_of,
+        oracle.latest_category,
+        lambda at: _event(
+            at, event_id=f"flush-{at:%H%M}", event_type="page_view", user_id="flusher", session_id="flush", page="/"
+        ),
+        EXTRA_VIEWS,
+    ),
+    Case(
+        "ads",
+        (3,),
+        ads_generator,
+        ads_oracle.views,
+        ads_oracle.campaign_as_of,
+        ads_oracle.latest_campaign,
+        lambda at: _event(at, event_id=f"flush-{at:%H%M}", event_type="purchase", user_id="flusher", ad_id="ad0"),
+    ),
 )
 
 
 @dataclass
 class Run:
     views: dict
-    expected: dict        # the oracle on everything, batch semantics
-    seen_by_speed: dict   # the oracle on what the speed layer could see, speed semantics
-    closed: datetime      # the watermark every compared speed window ended before
+    expected: dict  # the oracle on everything, batch semantics
+    seen_by_speed: dict  # the oracle on what the speed layer could see, speed semantics
+    closed: datetime  # the watermark every compared speed window ended before
     boundary: datetime
-    speed: dict           # view -> rows of the merged view before any batch: the speed layer's
-    merged: dict          # view -> rows of the merged view, batch run before the boundary
-    spark_merged: dict    # the same through Spark SQL
-    final: dict           # view -> rows of the merged view, batch run for every day
+    speed: dict  # view -> rows of the merged view before any batch: the speed layer's
+    merged: dict  # view -> rows of the merged view, batch run before the boundary
+    spark_merged: dict  # the same through Spark SQL
+    final: dict  # view -> rows of the merged view, batch run for every day
 
 
 def _time(record: Record) -> datetime | None:
@@ -116,9 +132,10 @@ def _speed_run(spark, settings, views, records, changes, cuts, watermark, latest
         known = [c for c in changes if c.send_at < records[first].send_at]
         if len(known) != len(landed_changes):
             landed_changes = known
-            parsed = changelog.parse(spark.createDataFrame(changes_rows[:len(known)], events.KAFKA_RECORD), dimension)
+            parsed = changelog.parse(spark.createDataFrame(changes_rows[: len(known)], events.KAFKA_RECORD), dimension)
             changelog.dimension(changelog.changes(parsed, dimension), dimension).write.format("delta").mode(
-                "overwrite").save(settings.table(dimension.name))
+                "overwrite"
+            ).save(settings.table(dimension.name))
         value = latest(known)
         mark = newest - watermark if newest else None  # the watermark: from the micro-batches before
         for record in records[first:last]:
@@ -145,10 +162,14 @@ def runs(request, spark, deployment, tmp_path_factory) -> Callable[[Case, int], 
     def get(case: Case, seed: int) -> Run:
         if (case.domain, seed) not in built:
             home = tmp_path_factory.mktemp(f"equivalence-{case.domain}-{seed}")
-            storage = (f"{request.getfixturevalue('object_store')}/{home.name}"
-                       if (case.domain, seed) == ON_OBJECT_STORE else None)
+            storage = (
+                f"{request.getfixturevalue('object_store')}/{home.name}"
+                if (case.domain, seed) == ON_OBJECT_STORE
+                else None
+            )
             built[case.domain, seed] = _build(spark, deployment, home, storage, case, seed)
         return built[case.domain, seed]
+
     return get
 
 
@@ -161,8 +182,12 @@ def run(request, runs) -> Run:
 def _build(spark, deployment, home, storage: str | None, case: Case, seed: int) -> Run:
     """One seed's run of one domain's case, its deployment in ``home`` and its tables at ``storage``."""
     rng = random.Random(seed)
-    settings_json = {**json.loads((deployment.home / "settings.json").read_text()),
-                     "domain": case.domain, "view_modules": list(case.view_modules), "storage": storage}
+    settings_json = {
+        **json.loads((deployment.home / "settings.json").read_text()),
+        "domain": case.domain,
+        "view_modules": list(case.view_modules),
+        "storage": storage,
+    }
     (home / "settings.json").write_text(json.dumps(settings_json))
     settings = load(home)
     views = settings.views
@@ -184,19 +209,32 @@ def _build(spark, deployment, home, storage: str | None, case: Case, seed: int) 
     recompute_day(spark, settings, first_day, boundary)
     merged = _merged(settings, views)
     in_spark = spark_sql.session(spark, settings)
-    spark_merged = {name: keyed(view, [r.asDict() for r in in_spark.sql(f'SELECT * FROM "{name}"').collect()])
-                    for name, view in views.items()}
+    spark_merged = {
+        name: keyed(view, [r.asDict() for r in in_spark.sql(f'SELECT * FROM "{name}"').collect()])
+        for name, view in views.items()
+    }
     last_day = timebase.day_start((end + FLUSH_AFTER).date()) + timedelta(days=1)
     recompute_day(spark, settings, boundary, last_day)
-    return Run(views=views, expected=case.oracle(records, case.as_of(changes)),
-               seen_by_speed=case.oracle(seen, speed_value), closed=end + FLUSH_AFTER - watermark,
-               boundary=boundary, speed=speed, merged=merged, spark_merged=spark_merged,
-               final=_merged(settings, views))
+    return Run(
+        views=views,
+        expected=case.oracle(records, case.as_of(changes)),
+        seen_by_speed=case.oracle(seen, speed_value),
+        closed=end + FLUSH_AFTER - watermark,
+        boundary=boundary,
+        speed=speed,
+        merged=merged,
+        spark_merged=spark_merged,
+        final=_merged(settings, views),
+    )
 
 
 #: (case, seed) of each run, and the view names each test takes from it.
-RUNS = [pytest.param((case, seed), name, id=f"{case.domain}-seed{seed}-{name}")
-        for case in CASES for seed in case.seeds for name in all_views(case.view_modules, case.domain)]
+RUNS = [
+    pytest.param((case, seed), name, id=f"{case.domain}-seed{seed}-{name}")
+    for case in CASES
+    for seed in case.seeds
+    for name in all_views(case.view_modules, case.domain)
+]
 each_view_of_each_run = pytest.mark.parametrize("run,name", RUNS, indirect=["run"])
 
 
@@ -231,8 +269,9 @@ def test_merged_view_takes_batch_before_the_boundary_and_speed_from_it(run, name
         assert (row["source"], row["is_final"]) == ("batch", True)
         assert_measures(view, row, run.expected[name][key], key, approximate=False)
     speed = {k: v for k, v in rows.items() if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
-    assert set(speed) == {k for k in run.seen_by_speed[name]
-                          if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed}
+    assert set(speed) == {
+        k for k in run.seen_by_speed[name] if k[0] >= run.boundary and k[0] + view.windows.size <= run.closed
+    }
     for key, row in speed.items():
         assert (row["source"], row["is_final"]) == ("speed", False)
         assert_measures(view, row, run.seen_by_speed[name][key], key, approximate=True)

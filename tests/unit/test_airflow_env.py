@@ -17,12 +17,15 @@ def _described() -> dict:
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_every_option_set_is_one_airflow_knows(tmp_path, database):
     described = _described()
-    options = [name.removeprefix("AIRFLOW__").lower().split("__")
-               for name in airflow.env(load(tmp_path).with_overrides(airflow_database=database))
-               if name.startswith("AIRFLOW__")]
+    options = [
+        name.removeprefix("AIRFLOW__").lower().split("__")
+        for name in airflow.env(load(tmp_path).with_overrides(airflow_database=database))
+        if name.startswith("AIRFLOW__")
+    ]
     assert len(options) > 20
-    assert [(section, option) for section, option in options
-            if option not in described.get(section, {}).get("options", {})] == []
+    assert [
+        (section, option) for section, option in options if option not in described.get(section, {}).get("options", {})
+    ] == []
     assert (airflow.airflow_home(load(tmp_path)) / "secrets.json").stat().st_mode & 0o777 == 0o600
 
 
@@ -40,5 +43,5 @@ def test_postgresql_serves_both_engines_through_psycopg_and_other_databases_are_
     assert sync.startswith("postgresql+psycopg://airflow:") and sync.endswith("@127.0.0.1:6543/airflow")
     assert (tmp_path / "secrets" / "airflow-db-password").stat().st_mode & 0o777 == 0o600
     (tmp_path / "settings.json").write_text('{"airflow_database": "mysql"}')
-    with pytest.raises(ValueError, match="airflow_database 'mysql': expected \"sqlite\" or \"postgresql\""):
+    with pytest.raises(ValueError, match='airflow_database \'mysql\': expected "sqlite" or "postgresql"'):
         load(tmp_path)

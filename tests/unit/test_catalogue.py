@@ -14,8 +14,13 @@ def _literal_table_calls() -> list[str]:
     for layer in LAYERS:
         for path in sorted((REPO / layer).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "table"
-                        and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "table"
+                    and node.args
+                    and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+                ):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     return found
 

@@ -13,47 +13,66 @@ pytestmark = pytest.mark.processes
 
 
 def run(home, *args):
-    return subprocess.run([sys.executable, "-m", "lambdalake.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env={"LAMBDALAKE_HOME": str(home), "PYTHONPATH": str(REPO),
-                                         "PATH": "/usr/bin:/bin"}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lambdalake.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"LAMBDALAKE_HOME": str(home), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("args", [("frobnicate",), ("query",), ("produce", "--rate", "-3"),
-                                  ("query", "SELECT 1", "--format", "xml"), ("speed", "pause"), ("reprocess",),
-                                  ("reprocess", "--label", "v2", "--switch-back"),
-                                  ("reprocess", "--label", "v2", "--from", "2026-11-31", "--to", "2026-12-01"),
-                                  ("reprocess", "--switch-back", "--all")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("frobnicate",),
+        ("query",),
+        ("produce", "--rate", "-3"),
+        ("query", "SELECT 1", "--format", "xml"),
+        ("speed", "pause"),
+        ("reprocess",),
+        ("reprocess", "--label", "v2", "--switch-back"),
+        ("reprocess", "--label", "v2", "--from", "2026-11-31", "--to", "2026-12-01"),
+        ("reprocess", "--switch-back", "--all"),
+    ],
+)
 def test_wrong_arguments_get_one_line_and_exit_2(tmp_path, args):
     done = run(tmp_path, *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "error:" in done.stderr
 
 
-@pytest.mark.parametrize("sql,needle", [("SELECT * FROM no_such_view", "no_such_view"),
-                                        ("SELEC 1", "syntax error")])
+@pytest.mark.parametrize("sql,needle", [("SELECT * FROM no_such_view", "no_such_view"), ("SELEC 1", "syntax error")])
 def test_bad_queries_exit_1_with_one_line(tmp_path, sql, needle):
     done = run(tmp_path, "query", sql)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--label", "V2", "--all"), "label 'V2': use 1 to 40 lowercase letters"),
-    (("--label", "v2", "--views", "page_views_per_minute,nope", "--all"), "unknown view(s) nope; known views:"),
-    (("--label", "v2", "--from", "2026-11-01"), "give the days to reprocess"),
-    (("--label", "v2", "--from", "2026-11-01", "--to", "2999-01-01"), "2999-01-01 has not ended yet"),
-    (("--label", "v2", "--all"), "no raw_events table"),
-    (("--switch-back", "--views", "sessions_hourly"), "no previous version to switch back to for sessions_hourly"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--label", "V2", "--all"), "label 'V2': use 1 to 40 lowercase letters"),
+        (("--label", "v2", "--views", "page_views_per_minute,nope", "--all"), "unknown view(s) nope; known views:"),
+        (("--label", "v2", "--from", "2026-11-01"), "give the days to reprocess"),
+        (("--label", "v2", "--from", "2026-11-01", "--to", "2999-01-01"), "2999-01-01 has not ended yet"),
+        (("--label", "v2", "--all"), "no raw_events table"),
+        (("--switch-back", "--views", "sessions_hourly"), "no previous version to switch back to for sessions_hourly"),
+    ],
+)
 def test_reprocess_mistakes_exit_1_with_one_line(tmp_path, args, needle):
     done = run(tmp_path, "reprocess", *args)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--changelog", "shoes", "--days", "1"), "domain clickstream has no dimension 'shoes'; it has products"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--changelog", "shoes", "--days", "1"), "domain clickstream has no dimension 'shoes'; it has products"),
+    ],
+)
 def test_produce_mistakes_exit_1_with_one_line(tmp_path, args, needle):
     done = run(tmp_path, "produce", *args)
     assert done.returncode == 1
@@ -65,8 +84,10 @@ def test_produce_to_a_stopped_broker_exits_1_with_one_line(tmp_path):
     (tmp_path / "settings.json").write_text(json.dumps({"kafka_port": port}))
     done = run(tmp_path, "produce", "--days", "1", "--per-day", "10")
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == (f"lambdalake: error: cannot send to Kafka at 127.0.0.1:{port} (KafkaTimeoutError: Unable "
-                           f"to bootstrap from 127.0.0.1:{port}); is it running? (`lambdalake status`)\n")
+    assert done.stderr == (
+        f"lambdalake: error: cannot send to Kafka at 127.0.0.1:{port} (KafkaTimeoutError: Unable "
+        f"to bootstrap from 127.0.0.1:{port}); is it running? (`lambdalake status`)\n"
+    )
 
 
 def test_an_unknown_domain_is_named_with_the_known_ones(tmp_path):
@@ -94,7 +115,13 @@ def test_views_lists_every_declared_view(tmp_path):
     assert pvpm["speed_states"] == ["_rows", "views", "unique_users_sketch"]
     assert listing["trending_products"]["window"] == "hopping 0:10:00 every 0:01:00"
     assert listing["sessions_hourly"]["speed_states"] == [
-        "_rows", "sessions", "avg_duration_s_sum", "avg_duration_s_count", "avg_events_sum", "avg_events_count"]
+        "_rows",
+        "sessions",
+        "avg_duration_s_sum",
+        "avg_duration_s_count",
+        "avg_events_sum",
+        "avg_events_count",
+    ]
     assert "products.category by product_id" in listing["revenue_by_category_hourly"]["joins"][0]
 
 

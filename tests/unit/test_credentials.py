@@ -27,8 +27,9 @@ def test_where_names_the_secret_s_place_never_the_secret(tmp_path):
     settings = load(tmp_path)
     assert credentials.where(settings, "serve_token", "serve-token") == str(tmp_path / "secrets" / "serve-token")
     chosen = settings.with_overrides(airflow_password="chosen")
-    assert (credentials.airflow_password_location(chosen)
-            == f"the setting airflow_password in {tmp_path / 'settings.json'}")
+    assert (
+        credentials.airflow_password_location(chosen) == f"the setting airflow_password in {tmp_path / 'settings.json'}"
+    )
 
 
 def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
@@ -41,8 +42,10 @@ def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
         credentials.write_private(tmp_path / "new" / "keys", "k")
     finally:
         os.umask(old)
-    assert json.loads((tmp_path / "settings.json").read_text()) == {"serve_token": "s3cret",
-                                                                    "batch_start_date": "2026-01-01"}
+    assert json.loads((tmp_path / "settings.json").read_text()) == {
+        "serve_token": "s3cret",
+        "batch_start_date": "2026-01-01",
+    }
     for path in (tmp_path / "settings.json", tmp_path / "new" / "keys"):
         assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["keys", "new", "settings.json"]  # no temporary file left
@@ -51,13 +54,19 @@ def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
 def test_spark_gets_the_object_store_keys_from_a_file_of_the_owner_s_never_on_its_command_line(tmp_path):
     from infra import batch_engine
 
-    settings = load(tmp_path).with_overrides(spark_conf={
-        "spark.hadoop.fs.s3a.access.key": "AKIA-visible?", "spark.hadoop.fs.s3a.secret.key": "s3cret\\with\nlines",
-        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000"})
+    settings = load(tmp_path).with_overrides(
+        spark_conf={
+            "spark.hadoop.fs.s3a.access.key": "AKIA-visible?",
+            "spark.hadoop.fs.s3a.secret.key": "s3cret\\with\nlines",
+            "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        }
+    )
     argv = batch_engine.command(settings)
     assert not any("AKIA" in arg or "s3cret" in arg for arg in argv)
     assert "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000" in argv
     path = tmp_path / "run" / f"{batch_engine.NAME}.properties"
     assert argv[argv.index("--properties-file") + 1] == str(path) and path.stat().st_mode & 0o777 == 0o600
-    assert path.read_text().splitlines() == ["spark.hadoop.fs.s3a.access.key=AKIA-visible?",
-                                             "spark.hadoop.fs.s3a.secret.key=s3cret\\\\with\\nlines"]
+    assert path.read_text().splitlines() == [
+        "spark.hadoop.fs.s3a.access.key=AKIA-visible?",
+        "spark.hadoop.fs.s3a.secret.key=s3cret\\\\with\\nlines",
+    ]

@@ -55,30 +55,52 @@ def test_every_dag_imports(dagbag):
 
 def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
     """The dag-processor parses every DAG file often: none may start importing Spark, Delta or GX."""
-    probe = ("import runpy, sys\n"
-             f"for path in sorted(__import__('pathlib').Path({str(REPO / 'dags')!r}).glob('*.py')):\n"
-             "    runpy.run_path(str(path))\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'delta', 'great_expectations'}))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                 "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]})  # the unit tests' throwaway home
+    probe = (
+        "import runpy, sys\n"
+        f"for path in sorted(__import__('pathlib').Path({str(REPO / 'dags')!r}).glob('*.py')):\n"
+        "    runpy.run_path(str(path))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'delta', 'great_expectations'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "LAMBDALAKE_HOME": str(tmp_path),
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"],
+        },
+    )  # the unit tests' throwaway home
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_after_the_dag_processors_preload_a_parse_imports_only_the_domain_and_the_dag_files(tmp_path):
     """infra.dag_processor: what the DAG files import is loaded before the dag-processor forks its parses;
     a parse then imports the deployment's domain (its views, which the DAG files list) and nothing else."""
-    probe = ("import sys\n"
-             "from airflow.dag_processing.dagbag import DagBag\n"
-             "from infra.dag_processor import preload\n"
-             "preload()\n"
-             "before = set(sys.modules)\n"
-             f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
-             "assert not bag.import_errors, bag.import_errors\n"
-             "print(' '.join(sorted(set(sys.modules) - before)))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={"LAMBDALAKE_HOME": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                 "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]})
+    probe = (
+        "import sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "from infra.dag_processor import preload\n"
+        "preload()\n"
+        "before = set(sys.modules)\n"
+        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
+        "assert not bag.import_errors, bag.import_errors\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "LAMBDALAKE_HOME": str(tmp_path),
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"],
+        },
+    )
     imported = result.stdout.strip().splitlines()[-1].split()  # after DagBag's log lines
     dag_files = {name for name in imported if name.startswith("unusual_prefix_")}  # DagBag's: a hash, the stem
     assert sorted(name.split("_", 3)[-1] for name in dag_files) == sorted(p.stem for p in (REPO / "dags").glob("*.py"))
@@ -105,7 +127,11 @@ def test_batch_dags_write_the_view_tables_as_assets_and_link_the_data_docs(dagba
         recompute = dag.get_task("recompute")
         assert _tables(recompute.inlets) >= {"raw_events"}
         assert _tables(recompute.outlets) >= {
-            "batch/page_views_per_minute", "batch/sessions_hourly", "serving_state", "quality_results"}
+            "batch/page_views_per_minute",
+            "batch/sessions_hourly",
+            "serving_state",
+            "quality_results",
+        }
         assert "Data Docs: `" in dag.doc_md and "gx/uncommitted/data_docs/local_site/index.html" in dag.doc_md
 
 
@@ -130,7 +156,8 @@ def test_scheduled_run_at_midnight_recomputes_the_day_that_ended(batch_timetable
 
     info = batch_timetable.next_dagrun_info(
         last_automated_data_interval=DataInterval(datetime(2026, 11, 18, tzinfo=UTC), MIDNIGHT_NOV_19),
-        restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
+        restriction=TimeRestriction(earliest=None, latest=None, catchup=True),
+    )
     assert info.run_after == MIDNIGHT_NOV_20
     assert info.data_interval == DataInterval(MIDNIGHT_NOV_19, MIDNIGHT_NOV_20)
     assert info.logical_date == MIDNIGHT_NOV_19
@@ -146,9 +173,14 @@ def test_manual_run_for_midnight_recomputes_the_day_before(batch_timetable):
 def test_batch_tasks_go_before_maintenance_and_retry_past_the_watchdogs_restart_of_the_engine(dagbag):
     from infra.dags import BATCH_PRIORITY, MAINTENANCE_PRIORITY
 
-    batch = [dagbag.dags[dag].get_task(task) for dag, task in (("batch_recompute", "recompute"),
-                                                                ("late_data_recompute", "recompute"),
-                                                                ("reprocess", "reprocess"))]
+    batch = [
+        dagbag.dags[dag].get_task(task)
+        for dag, task in (
+            ("batch_recompute", "recompute"),
+            ("late_data_recompute", "recompute"),
+            ("reprocess", "reprocess"),
+        )
+    ]
     upkeep = [dagbag.dags["maintenance"].get_task(task) for task in ("compact_speed_partials", "optimize_and_vacuum")]
     assert BATCH_PRIORITY > MAINTENANCE_PRIORITY
     assert [t.priority_weight for t in batch + upkeep] == [BATCH_PRIORITY] * 3 + [MAINTENANCE_PRIORITY] * 2
@@ -162,26 +194,43 @@ def test_batch_tasks_go_before_maintenance_and_retry_past_the_watchdogs_restart_
 def test_reprocess_is_manual_and_writes_every_batch_table_and_the_version_pointers(dagbag):
     dag = dagbag.dags["reprocess"]
     assert not dag.timetable.can_be_scheduled and dag.max_active_runs == 1
-    assert _tables(dag.get_task("reprocess").outlets) >= {"batch/page_views_per_minute", "serving_state",
-                                                          "serving_versions"}
+    assert _tables(dag.get_task("reprocess").outlets) >= {
+        "batch/page_views_per_minute",
+        "serving_state",
+        "serving_versions",
+    }
 
 
 def test_reprocess_form_takes_views_days_or_all_history_and_a_label(reprocess_form):
     from views import all_views
 
-    assert reprocess_form({"label": "v2"}) == {"views": list(all_views()), "start": None, "end": None,
-                                               "all_history": False, "label": "v2"}
-    days = reprocess_form({"label": "fix-2026_11", "views": ["sessions_hourly"],
-                           "start": "2026-11-01", "end": "2026-11-02"})
+    assert reprocess_form({"label": "v2"}) == {
+        "views": list(all_views()),
+        "start": None,
+        "end": None,
+        "all_history": False,
+        "label": "v2",
+    }
+    days = reprocess_form(
+        {"label": "fix-2026_11", "views": ["sessions_hourly"], "start": "2026-11-01", "end": "2026-11-02"}
+    )
     assert (days["views"], days["start"], days["end"]) == (["sessions_hourly"], "2026-11-01", "2026-11-02")
     assert reprocess_form({"label": "v3", "all_history": True})["all_history"] is True
 
 
-@pytest.mark.parametrize("conf,param", [
-    ({}, "label"), ({"label": "V2"}, "label"), ({"label": "new version"}, "label"), ({"label": "-v2"}, "label"),
-    ({"label": "v2", "views": ["no_such_view"]}, "views"), ({"label": "v2", "views": []}, "views"),
-    ({"label": "v2", "start": "2026-11-31"}, "start"), ({"label": "v2", "end": "yesterday"}, "end"),
-])
+@pytest.mark.parametrize(
+    "conf,param",
+    [
+        ({}, "label"),
+        ({"label": "V2"}, "label"),
+        ({"label": "new version"}, "label"),
+        ({"label": "-v2"}, "label"),
+        ({"label": "v2", "views": ["no_such_view"]}, "views"),
+        ({"label": "v2", "views": []}, "views"),
+        ({"label": "v2", "start": "2026-11-31"}, "start"),
+        ({"label": "v2", "end": "yesterday"}, "end"),
+    ],
+)
 def test_reprocess_form_refuses_a_bad_label_view_or_day(reprocess_form, conf, param):
     from airflow.exceptions import ParamValidationError
 

@@ -13,8 +13,14 @@ from lake.merge import merged_sql
 from views.model import Tumbling, View, count
 from views.timebase import UTC, day_start
 
-VIEW = View(name="views_per_hour", description="page views per page and hour", event_types=("page_view",),
-            window=Tumbling(timedelta(hours=1)), keys=("page",), measures=(count("views"),))
+VIEW = View(
+    name="views_per_hour",
+    description="page views per page and hour",
+    event_types=("page_view",),
+    window=Tumbling(timedelta(hours=1)),
+    keys=("page",),
+    measures=(count("views"),),
+)
 FIRST = date(2026, 11, 18)
 DAYS = 4
 HOUR = timedelta(hours=1)
@@ -31,8 +37,10 @@ def _connection() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("CREATE TABLE b (window_start TIMESTAMPTZ, window_end TIMESTAMPTZ, page VARCHAR, views BIGINT)")
-    con.execute("CREATE TABLE p (view VARCHAR, views_per_hour STRUCT(window_start TIMESTAMPTZ, "
-                "window_end TIMESTAMPTZ, page VARCHAR, _rows BIGINT, views BIGINT))")
+    con.execute(
+        "CREATE TABLE p (view VARCHAR, views_per_hour STRUCT(window_start TIMESTAMPTZ, "
+        "window_end TIMESTAMPTZ, page VARCHAR, _rows BIGINT, views BIGINT))"
+    )
     con.execute("CREATE TABLE ledger (view VARCHAR, day DATE)")
     return con
 
@@ -61,8 +69,11 @@ def test_merged_view_is_exact_on_final_days_and_never_counts_a_window_twice(oper
         events.append((day, hour, page, late))
         stale |= {day} & batched  # an event for a final day is late by then: its day is recomputed
         if not late:  # an event behind the speed layer's watermark is landed and left to batch
-            con.execute("INSERT INTO p VALUES ('views_per_hour', {'window_start': ?, 'window_end': ?, 'page': ?, "
-                        "'_rows': 1, 'views': 1})", [_window(day, hour), _window(day, hour) + HOUR, page])
+            con.execute(
+                "INSERT INTO p VALUES ('views_per_hour', {'window_start': ?, 'window_end': ?, 'page': ?, "
+                "'_rows': 1, 'views': 1})",
+                [_window(day, hour), _window(day, hour) + HOUR, page],
+            )
     for day in stale:  # the late-data recompute of the days that received late events
         _recompute(con, events, day)
 
@@ -76,7 +87,7 @@ def test_merged_view_is_exact_on_final_days_and_never_counts_a_window_twice(oper
         assert (source, is_final) == (("batch", True) if day in batched else ("speed", False))
         assert views == (exact if day in batched else seen)[(start, page)]
     shown = set(keys)
-    for (start, page) in exact:
+    for start, page in exact:
         day = (start.date() - FIRST).days
         expected = day in batched or seen[(start, page)] > 0
         assert ((start, page) in shown) == expected, "a window is missing"

@@ -22,14 +22,22 @@ def test_a_cluster_of_three():
     settings = Settings(HOME, kafka_brokers=3)
     nodes = kafka.nodes(settings)
     assert [(n.id, n.name, n.port, n.controller_port) for n in nodes] == [
-        (1, "kafka-1", 9092, 9093), (2, "kafka-2", 9094, 9095), (3, "kafka-3", 9096, 9097)]
+        (1, "kafka-1", 9092, 9093),
+        (2, "kafka-2", 9094, 9095),
+        (3, "kafka-3", 9096, 9097),
+    ]
     assert nodes[1].dir == HOME / "kafka" / "kafka-2"
     assert settings.kafka_bootstrap == "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
     assert kafka.replication(settings) == (3, 2)
     config = kafka._server_properties(settings, nodes[1]).splitlines()
-    for line in ("node.id=2", "controller.quorum.bootstrap.servers=127.0.0.1:9093,127.0.0.1:9095,127.0.0.1:9097",
-                 "listeners=PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9095", "min.insync.replicas=2",
-                 "offsets.topic.replication.factor=3", "transaction.state.log.min.isr=2"):
+    for line in (
+        "node.id=2",
+        "controller.quorum.bootstrap.servers=127.0.0.1:9093,127.0.0.1:9095,127.0.0.1:9097",
+        "listeners=PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9095",
+        "min.insync.replicas=2",
+        "offsets.topic.replication.factor=3",
+        "transaction.state.log.min.isr=2",
+    ):
         assert line in config
 
 

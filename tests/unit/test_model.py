@@ -24,11 +24,14 @@ def test_each_view_says_how_far_its_windows_reach_across_days():
     assert views["sessions_hourly"].windows == Tumbling(timedelta(hours=1))
 
 
-@pytest.mark.parametrize("measures,problem", [
-    ((count("n"), count("n")), "measure n is declared twice"),
-    ((count("n"), ratio("r", "n", "m")), "ratio r divides n by m, which must both be measures"),
-    ((count("n", flagged="clicked"),), "count n counts rows flagged clicked, but no FollowedBy join sets it"),
-])
+@pytest.mark.parametrize(
+    "measures,problem",
+    [
+        ((count("n"), count("n")), "measure n is declared twice"),
+        ((count("n"), ratio("r", "n", "m")), "ratio r divides n by m, which must both be measures"),
+        ((count("n", flagged="clicked"),), "count n counts rows flagged clicked, but no FollowedBy join sets it"),
+    ],
+)
 def test_a_wrong_declaration_is_refused_with_its_reason(measures, problem):
     with pytest.raises(ValueError, match=f"view v: {problem}"):
         View("v", "", ("page_view",), Tumbling(timedelta(minutes=1)), (), measures)

@@ -12,8 +12,19 @@ from pathlib import Path
 
 from infra.settings import REPO
 
-OWN = {"batch_layer", "bench", "dags", "domains", "infra", "lake", "lambdalake", "serving_layer", "speed_layer",
-       "tests", "views"}
+OWN = {
+    "batch_layer",
+    "bench",
+    "dags",
+    "domains",
+    "infra",
+    "lake",
+    "lambdalake",
+    "serving_layer",
+    "speed_layer",
+    "tests",
+    "views",
+}
 
 
 def _imported() -> set[str]:
@@ -34,8 +45,11 @@ def _listed() -> dict[str, set[str]]:
     """requirements.in's packages above its constraints: name -> the modules it provides (a package
     that provides none, like apache-airflow, provides its own requirements' modules)."""
     requirements = Path(REPO / "requirements.in").read_text().split("# constraints")[0]
-    names = [line.split("==")[0].split("[")[0].strip() for line in requirements.splitlines()
-             if line.strip() and not line.startswith("#")]
+    names = [
+        line.split("==")[0].split("[")[0].strip()
+        for line in requirements.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return {name: _modules(name) or set().union(*map(_modules, _requirements(name))) for name in names}
 
 
@@ -59,8 +73,9 @@ def _modules(distribution: str) -> set[str]:
 
 def _requirements(distribution: str) -> list[str]:
     """The distributions ``distribution`` always needs (no extras, no markers)."""
-    return [re.split(r"[^A-Za-z0-9_.-]", line, maxsplit=1)[0]
-            for line in requires(distribution) or () if ";" not in line]
+    return [
+        re.split(r"[^A-Za-z0-9_.-]", line, maxsplit=1)[0] for line in requires(distribution) or () if ";" not in line
+    ]
 
 
 def test_every_imported_package_is_listed_and_every_listed_one_imported():
@@ -76,7 +91,8 @@ def test_the_lock_pip_uv_and_the_build_backend_are_exact_pins_of_what_built_this
     lock = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
     assert [line for line in lock if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9_.+!-]*", line)] == []
     assert re.findall(r"-m pip install -q (pip\S*) (uv\S*)", (REPO / "Makefile").read_text()) == [
-        (f"pip=={version('pip')}", f"uv=={version('uv')}")]
+        (f"pip=={version('pip')}", f"uv=={version('uv')}")
+    ]
     build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
     # the installed one, not the egg-info the editable build leaves in the repository (no WHEEL there)
     [wheel] = filter(None, (found.read_text("WHEEL") for found in distributions(name="lambdalake")))

@@ -31,12 +31,22 @@ WINDOW = pa.timestamp("us", "UTC")
 def settings(tmp_path):
     settings = Settings(home=tmp_path / "home")
     write_deltalake(settings.table("raw_events"), pa.table({"event_id": ["e1", "e2"], "n": [1, 2]}))
-    write_deltalake(settings.table("serving_state"),
-                    pa.table({"view": ["page_views_per_minute"], "day": [date(2026, 1, 1)]}))
+    write_deltalake(
+        settings.table("serving_state"), pa.table({"view": ["page_views_per_minute"], "day": [date(2026, 1, 1)]})
+    )
     start = datetime(2026, 1, 1, 10, tzinfo=UTC)
-    write_deltalake(versions.current(settings, "page_views_per_minute"), pa.table({
-        "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
-        "views": [3], "unique_users": [2]}))
+    write_deltalake(
+        versions.current(settings, "page_views_per_minute"),
+        pa.table(
+            {
+                "window_start": pa.array([start], WINDOW),
+                "window_end": pa.array([start], WINDOW),
+                "page": ["/"],
+                "views": [3],
+                "unique_users": [2],
+            }
+        ),
+    )
     return settings
 
 
@@ -44,8 +54,9 @@ def test_select_with_and_the_merged_views(settings):
     assert engine.query(settings, "SELECT n FROM raw_events ORDER BY n") == (["n"], [(1,), (2,)])
     assert engine.query(settings, "WITH e AS (SELECT n FROM raw_events) SELECT sum(n) AS total FROM e;")[1] == [(3,)]
     assert engine.query(settings, "SELECT page, views, source FROM page_views_per_minute")[1] == [("/", 3, "batch")]
-    assert engine.query(settings, "SELECT count(*) FROM range(3) a, generate_series(1, 2) b, "
-                                  "(SELECT unnest([1, 2]))")[1] == [(12,)]
+    assert engine.query(settings, "SELECT count(*) FROM range(3) a, generate_series(1, 2) b, (SELECT unnest([1, 2]))")[
+        1
+    ] == [(12,)]
 
 
 ESCAPES = [
@@ -107,10 +118,20 @@ def test_escapes_are_refused_in_one_line_and_write_nothing(settings, tmp_path, s
     assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
 
 
-@pytest.mark.parametrize("sql", ["SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM '/etc/passwd'",
-                                 "COPY (SELECT 1) TO '{out}/x.csv'", "ATTACH '{out}/x.db'",
-                                 "EXPORT DATABASE '{out}/db'", "SET enable_external_access = true",
-                                 "SET lock_configuration = false", "INSTALL httpfs", "LOAD httpfs"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM '/etc/passwd'",
+        "COPY (SELECT 1) TO '{out}/x.csv'",
+        "ATTACH '{out}/x.db'",
+        "EXPORT DATABASE '{out}/db'",
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+    ],
+)
 def test_the_database_itself_refuses_files_extensions_and_settings(tmp_path, sql):
     """The second wall: what the parser check would let through reaches nothing either."""
     con = sandbox.connect("64MB", 1).cursor()
@@ -173,8 +194,11 @@ def test_the_memory_and_thread_limits(settings):
     assert sandbox.memory_limit_of(con) == "61.0 MiB"
     assert con.execute("SELECT current_setting('threads')").fetchall() == [(1,)]
     limited = settings.with_overrides(query_memory_limit="64MB", query_threads=1)
-    with pytest.raises(QueryError, match=r"^refused: needs more memory than the limit, 61.0 MiB \(setting "
-                                         r"query_memory_limit\); narrow the query with WHERE or aggregate$"):
+    with pytest.raises(
+        QueryError,
+        match=r"^refused: needs more memory than the limit, 61.0 MiB \(setting "
+        r"query_memory_limit\); narrow the query with WHERE or aggregate$",
+    ):
         engine.query(limited, HUNGRY)
     assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
     assert engine.query(settings, HUNGRY)[1] == [(3_000_000,)]  # within the default limit
@@ -188,8 +212,11 @@ def test_a_table_beyond_the_memory_limit_is_named_until_it_fits(settings):
     big = pa.table({"view": [f"view-{i:024}" for i in range(1_000_000)], "day": [date(2026, 1, 1)] * 1_000_000})
     write_deltalake(path, big, mode="overwrite")  # about 40 MB in the engine
     for _ in range(2):
-        with pytest.raises(QueryError, match=r"^table serving_state does not fit in the query engine's memory "
-                                             r"limit, 15.2 MiB; raise the setting query_memory_limit$"):
+        with pytest.raises(
+            QueryError,
+            match=r"^table serving_state does not fit in the query engine's memory "
+            r"limit, 15.2 MiB; raise the setting query_memory_limit$",
+        ):
             engine.query(limited, "SELECT count(*) FROM page_views_per_minute")
     assert engine.query(limited, "SELECT count(*) FROM raw_events")[1] == [(2,)]
     write_deltalake(path, pa.table({"view": ["a"], "day": [date(2026, 1, 2)]}), mode="overwrite")
@@ -211,14 +238,20 @@ def test_a_query_longer_than_the_limit_is_refused_unparsed(settings):
     longest += " " * (sandbox.MAX_SQL_CHARS - len(longest))
     with pytest.raises(QueryError, match=r"^refused: expressions nested too deeply"):  # parsed: at the limit
         engine.query(settings, longest)
-    with pytest.raises(QueryError, match=r"^refused: the query is 100,001 characters long, over the limit of "
-                                         r"100,000; write it shorter$"):
+    with pytest.raises(
+        QueryError,
+        match=r"^refused: the query is 100,001 characters long, over the limit of "
+        r"100,000; write it shorter$",
+    ):
         engine.query(settings, longest + " ")
 
 
 def test_errors_name_the_known_tables(settings):
-    with pytest.raises(QueryError, match="no view or table named no_such_view; known views and tables: "
-                                         "batch_page_views_per_minute, page_views_per_minute, raw_events"):
+    with pytest.raises(
+        QueryError,
+        match="no view or table named no_such_view; known views and tables: "
+        "batch_page_views_per_minute, page_views_per_minute, raw_events",
+    ):
         engine.query(settings, "SELECT * FROM no_such_view")
 
 
@@ -237,7 +270,9 @@ def test_a_query_opens_again_only_the_tables_it_reads(settings):
     query that reads raw_events (here through a CTE) sees it."""
     con = duckdb.connect()
     assert sandbox.named(sandbox.parse(con, "WITH e AS (SELECT n FROM raw_events) SELECT * FROM e, X")) == {
-        "raw_events", "x"}
+        "raw_events",
+        "x",
+    }
     raw_events = engine._engine(settings)._tables["raw_events"]
     assert engine.query(settings, "SELECT count(*) FROM raw_events")[1] == [(2,)]
     seen = raw_events.version
@@ -250,8 +285,7 @@ def test_a_query_opens_again_only_the_tables_it_reads(settings):
 
 def test_concurrent_readers(settings):
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda i: engine.query(settings, f"SELECT sum(n) + {i} FROM raw_events")[1],
-                                range(40)))
+        results = list(pool.map(lambda i: engine.query(settings, f"SELECT sum(n) + {i} FROM raw_events")[1], range(40)))
     assert results == [[(3 + i,)] for i in range(40)]
 
 
@@ -261,9 +295,19 @@ def test_readers_see_each_new_version_while_it_is_written(settings):
     path, start = versions.current(settings, "page_views_per_minute"), datetime(2026, 1, 1, 11, tzinfo=UTC)
 
     def write(i: int) -> None:
-        write_deltalake(path, pa.table({"window_start": pa.array([start], WINDOW),
-                                        "window_end": pa.array([start], WINDOW),
-                                        "page": [f"/{i}"], "views": [1], "unique_users": [1]}), mode="append")
+        write_deltalake(
+            path,
+            pa.table(
+                {
+                    "window_start": pa.array([start], WINDOW),
+                    "window_end": pa.array([start], WINDOW),
+                    "page": [f"/{i}"],
+                    "views": [1],
+                    "unique_users": [1],
+                }
+            ),
+            mode="append",
+        )
 
     def read(_) -> list[int]:
         return [engine.query(settings, "SELECT count(*) FROM page_views_per_minute")[1][0][0] for _ in range(30)]
@@ -275,8 +319,11 @@ def test_readers_see_each_new_version_while_it_is_written(settings):
         seen = [reader.result() for reader in readers]
     assert all(counts == sorted(counts) and counts[0] >= 1 for counts in seen)
     assert engine.query(settings, "SELECT count(*) FROM page_views_per_minute")[1] == [(11,)]
-    copies = engine._engine(settings)._db.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'batch_page_views_per_minute@%'").fetchall()
+    copies = (
+        engine._engine(settings)
+        ._db.execute("SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'batch_page_views_per_minute@%'")
+        .fetchall()
+    )
     [(copy,)] = copies
     assert engine._engine(settings)._db.execute(f'SELECT count(*) FROM "{copy}"').fetchall() == [(11,)]
 
@@ -292,8 +339,9 @@ def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(sett
     assert table.appended.to_table().column("view").to_pylist() == ["a", "b"]
     write_deltalake(path, pa.table({"view": ["c"], "day": [date(2026, 1, 4)]}), mode="overwrite")
     assert rows() == [("c", date(2026, 1, 4))] and table.appended is None
-    write_deltalake(path, pa.table({"view": ["d"], "day": [date(2026, 1, 5)], "rows": [9]}), mode="append",
-                    schema_mode="merge")
+    write_deltalake(
+        path, pa.table({"view": ["d"], "day": [date(2026, 1, 5)], "rows": [9]}), mode="append", schema_mode="merge"
+    )
     assert rows() == [("c", date(2026, 1, 4), None), ("d", date(2026, 1, 5), 9)] and table.appended is None
     write_deltalake(path, pa.table({"view": ["e"], "day": [date(2026, 1, 6)], "rows": [1]}), mode="append")
     assert rows()[-1] == ("e", date(2026, 1, 6), 1) and len(rows()) == 3 and table.appended.count_rows() == 1
@@ -306,10 +354,20 @@ def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     path, hour = str(tmp_path / "partials"), datetime(2026, 1, 1, 10, tzinfo=UTC)
 
     def append(i: int) -> None:
-        write_deltalake(path, pa.table({"view": ["a", None], "n": [i, i + 10], "m": [None, i],
-                                        "at": pa.array([hour.replace(microsecond=999_999 - i), hour], WINDOW),
-                                        "window_hour": pa.array([hour, hour.replace(hour=10 + i)], WINDOW)}),
-                        mode="append", partition_by=["view", "window_hour"])
+        write_deltalake(
+            path,
+            pa.table(
+                {
+                    "view": ["a", None],
+                    "n": [i, i + 10],
+                    "m": [None, i],
+                    "at": pa.array([hour.replace(microsecond=999_999 - i), hour], WINDOW),
+                    "window_hour": pa.array([hour, hour.replace(hour=10 + i)], WINDOW),
+                }
+            ),
+            mode="append",
+            partition_by=["view", "window_hour"],
+        )
 
     append(0)
     table = engine._Table(path)
@@ -319,26 +377,41 @@ def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     assert (table.version, table.table.version()) == (1, 0)  # delta-rs did not read the table again
     assert not list(table.appended.get_fragments(filter=ds.field("at") < pa.scalar(hour, WINDOW)))  # files skipped
     whole = DeltaTable(path).to_pyarrow_dataset()
-    for where in (ds.field("view") == "a", ds.field("view").is_null(),
-                  ds.field("window_hour") == pa.scalar(hour.replace(hour=11), WINDOW),
-                  ds.field("at") >= pa.scalar(hour.replace(microsecond=999_998), WINDOW),
-                  ds.field("m").is_null(), ds.field("m") >= 1):
-        assert (sorted(table.dataset.to_table(filter=where)["n"].to_pylist())
-                == sorted(whole.to_table(filter=where)["n"].to_pylist()))
+    for where in (
+        ds.field("view") == "a",
+        ds.field("view").is_null(),
+        ds.field("window_hour") == pa.scalar(hour.replace(hour=11), WINDOW),
+        ds.field("at") >= pa.scalar(hour.replace(microsecond=999_998), WINDOW),
+        ds.field("m").is_null(),
+        ds.field("m") >= 1,
+    ):
+        assert sorted(table.dataset.to_table(filter=where)["n"].to_pylist()) == sorted(
+            whole.to_table(filter=where)["n"].to_pylist()
+        )
 
 
 def test_a_switch_of_version_shows_at_the_next_query(settings):
     """A new version of a view's batch table (here at the same Delta version number as the one serving)
     is not read until the version pointers switch to it; then the next query reads it, and back."""
     view, start = "page_views_per_minute", datetime(2026, 1, 1, 10, tzinfo=UTC)
-    write_deltalake(catalog.batch(view, "v2").path(settings), pa.table({
-        "window_start": pa.array([start], WINDOW), "window_end": pa.array([start], WINDOW), "page": ["/"],
-        "views": [7], "unique_users": [2]}))
+    write_deltalake(
+        catalog.batch(view, "v2").path(settings),
+        pa.table(
+            {
+                "window_start": pa.array([start], WINDOW),
+                "window_end": pa.array([start], WINDOW),
+                "page": ["/"],
+                "views": [7],
+                "unique_users": [2],
+            }
+        ),
+    )
     served = lambda: engine.query(settings, f"SELECT views FROM {view}")[1]  # noqa: E731
     assert served() == [(3,)]
     for label, views in (("v2", 7), (None, 3)):
-        versions.switch(settings, {view: catalog.batch(view, label).name}, datetime.now(UTC),
-                        versions.snapshot(settings, [view]))
+        versions.switch(
+            settings, {view: catalog.batch(view, label).name}, datetime.now(UTC), versions.snapshot(settings, [view])
+        )
         assert served() == [(views,)]
 
 
@@ -371,10 +444,22 @@ def test_slow_queries_take_the_slow_lane_one_at_a_time(settings):
     assert time.monotonic() - began < 3.5  # the second one did not get 2 s of its own after the first
 
 
-
 class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _heap_in_use() -> int:
@@ -395,10 +480,18 @@ def test_copied_files_leave_no_metadata_behind(settings):
 
     def append(hours: int) -> None:
         columns = {f"s{k}": [f"{k}:{i}" for i in range(hours)] for k in range(40)}
-        write_deltalake(path, pa.table({
-            "view": ["page_views_per_minute"] * hours, **columns,
-            "window_hour": pa.array([hour + timedelta(hours=i) for i in range(hours)], WINDOW)}),
-            mode="append", partition_by=["view", "window_hour"])
+        write_deltalake(
+            path,
+            pa.table(
+                {
+                    "view": ["page_views_per_minute"] * hours,
+                    **columns,
+                    "window_hour": pa.array([hour + timedelta(hours=i) for i in range(hours)], WINDOW),
+                }
+            ),
+            mode="append",
+            partition_by=["view", "window_hour"],
+        )
 
     append(1)
     count = lambda: engine.query(settings, "SELECT count(*) FROM speed_partials")[1]  # noqa: E731

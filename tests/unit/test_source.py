@@ -10,9 +10,17 @@ from views.source import DECIMAL, STRING, Changelog, Source
 
 
 def _source(**changes) -> Source:
-    declared = {"name": "s", "description": "", "topic": "t",
-                "fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL},
-                "required": ("id", "at", "kind"), "types": {"a": ("n",)}, "key": "id", "time": "at", "kind": "kind"}
+    declared = {
+        "name": "s",
+        "description": "",
+        "topic": "t",
+        "fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL},
+        "required": ("id", "at", "kind"),
+        "types": {"a": ("n",)},
+        "key": "id",
+        "time": "at",
+        "kind": "kind",
+    }
     return Source(**{**declared, **changes})
 
 
@@ -33,8 +41,11 @@ def test_a_deployment_finds_its_domain_and_the_domain_its_views():
 def test_a_domain_in_a_folder_of_its_own_is_found_by_its_path(tmp_path):
     written = new_domain.write(tmp_path / "acme_unit")
     assert [p.relative_to(tmp_path).as_posix() for p in written] == [
-        "acme_unit/__init__.py", "acme_unit/views/__init__.py", "acme_unit/views/orders_per_hour.py",
-        "acme_unit/tests/test_orders_per_hour.py"]
+        "acme_unit/__init__.py",
+        "acme_unit/views/__init__.py",
+        "acme_unit/views/orders_per_hour.py",
+        "acme_unit/tests/test_orders_per_hour.py",
+    ]
     folder = str(tmp_path / "acme_unit")
     assert domain(folder).source.topic == "acme_unit-events" and domain(folder) is domain(folder)
     assert list(all_views(domain_name=folder)) == ["orders_per_hour"]
@@ -43,11 +54,14 @@ def test_a_domain_in_a_folder_of_its_own_is_found_by_its_path(tmp_path):
         generator(folder)
 
 
-@pytest.mark.parametrize("name,problem", [
-    ("json", "its name 'json' must be a Python identifier that no installed module has"),
-    ("bare", "has no __init__.py declaring DOMAIN"),
-    ("./relative", "name it by its absolute path"),
-])
+@pytest.mark.parametrize(
+    "name,problem",
+    [
+        ("json", "its name 'json' must be a Python identifier that no installed module has"),
+        ("bare", "has no __init__.py declaring DOMAIN"),
+        ("./relative", "name it by its absolute path"),
+    ],
+)
 def test_a_folder_that_cannot_be_a_domain_is_refused_with_its_reason(tmp_path, name, problem):
     (tmp_path / name).mkdir(parents=True)
     if name == "json":
@@ -65,16 +79,23 @@ def test_new_domain_writes_only_into_a_new_or_empty_folder_with_a_python_name(tm
         new_domain.write(tmp_path / "9lives")
 
 
-@pytest.mark.parametrize("changes,problem", [
-    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": "float"}}, "field n has unknown type 'float'"),
-    ({"types": {"a": ("m",)}}, "m is not one of the fields"),
-    ({"fields": {"id": "integer", "at": STRING, "kind": STRING, "n": DECIMAL}}, "key field id must be a string"),
-    ({"required": ("id", "kind")}, "time field at must be required"),
-    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL, "offset": STRING}},
-     "field offset has a name the landing keeps for itself"),
-    ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "event_id": STRING}},
-     "two fields land as column event_id"),
-])
+@pytest.mark.parametrize(
+    "changes,problem",
+    [
+        ({"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": "float"}}, "field n has unknown type 'float'"),
+        ({"types": {"a": ("m",)}}, "m is not one of the fields"),
+        ({"fields": {"id": "integer", "at": STRING, "kind": STRING, "n": DECIMAL}}, "key field id must be a string"),
+        ({"required": ("id", "kind")}, "time field at must be required"),
+        (
+            {"fields": {"id": STRING, "at": STRING, "kind": STRING, "n": DECIMAL, "offset": STRING}},
+            "field offset has a name the landing keeps for itself",
+        ),
+        (
+            {"fields": {"id": STRING, "at": STRING, "kind": STRING, "event_id": STRING}},
+            "two fields land as column event_id",
+        ),
+    ],
+)
 def test_a_wrong_source_is_refused_with_its_reason(changes, problem):
     with pytest.raises(ValueError, match=f"source s: .*{problem}"):
         _source(**changes)

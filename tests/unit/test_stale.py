@@ -24,18 +24,26 @@ def at(hour):
 def test_only_batched_days_with_later_late_events_are_stale(tmp_path):
     settings = load(tmp_path)
     d18, d19, d20, d21 = (date(2026, 11, d) for d in (18, 19, 20, 21))
-    _table(settings, "serving_state", [
-        {"view": V, "day": d18, "rows": 1, "computed_at": at(1)},
-        {"view": V, "day": d19, "rows": 1, "computed_at": at(1)},
-        {"view": V, "day": d20, "rows": 1, "computed_at": at(5)},
-    ])
-    _table(settings, "late_events", [
-        {"view": V, "day": d18, "events": 2, "received_at": at(3), "batch_id": 1},  # after: stale
-        {"view": V, "day": d19, "events": 2, "received_at": at(0), "batch_id": 0},  # before: counted
-        {"view": V, "day": d20, "events": 2, "received_at": at(3), "batch_id": 1},  # recomputed since
-        {"view": W, "day": d19, "events": 2, "received_at": at(3), "batch_id": 1},  # W never batched d19
-        {"view": V, "day": d21, "events": 2, "received_at": at(3), "batch_id": 1},  # not batched yet
-    ])
+    _table(
+        settings,
+        "serving_state",
+        [
+            {"view": V, "day": d18, "rows": 1, "computed_at": at(1)},
+            {"view": V, "day": d19, "rows": 1, "computed_at": at(1)},
+            {"view": V, "day": d20, "rows": 1, "computed_at": at(5)},
+        ],
+    )
+    _table(
+        settings,
+        "late_events",
+        [
+            {"view": V, "day": d18, "events": 2, "received_at": at(3), "batch_id": 1},  # after: stale
+            {"view": V, "day": d19, "events": 2, "received_at": at(0), "batch_id": 0},  # before: counted
+            {"view": V, "day": d20, "events": 2, "received_at": at(3), "batch_id": 1},  # recomputed since
+            {"view": W, "day": d19, "events": 2, "received_at": at(3), "batch_id": 1},  # W never batched d19
+            {"view": V, "day": d21, "events": 2, "received_at": at(3), "batch_id": 1},  # not batched yet
+        ],
+    )
     assert stale_days(settings) == [d18]
 
 
@@ -46,12 +54,23 @@ def test_nothing_is_stale_before_any_table_exists(tmp_path):
 def test_late_events_make_the_days_their_windows_reach_stale(tmp_path):
     settings = load(tmp_path)
     days = [date(2026, 11, d) for d in range(17, 23)]
-    _table(settings, "serving_state", [{"view": view, "day": day, "rows": 1, "computed_at": at(1)}
-                                       for view in ("trending_products", "sessions_hourly") for day in days])
-    _table(settings, "late_events", [
-        # a purchase at 00:05 on the 18th is in windows that started at 23:56 on the 17th
-        {"view": "trending_products", "day": days[1], "events": 1, "received_at": at(3), "batch_id": 1},
-        # an event on the 21st can join sessions that began on the 20th, or move one of the 22nd's start
-        {"view": "sessions_hourly", "day": days[4], "events": 1, "received_at": at(3), "batch_id": 1},
-    ])
+    _table(
+        settings,
+        "serving_state",
+        [
+            {"view": view, "day": day, "rows": 1, "computed_at": at(1)}
+            for view in ("trending_products", "sessions_hourly")
+            for day in days
+        ],
+    )
+    _table(
+        settings,
+        "late_events",
+        [
+            # a purchase at 00:05 on the 18th is in windows that started at 23:56 on the 17th
+            {"view": "trending_products", "day": days[1], "events": 1, "received_at": at(3), "batch_id": 1},
+            # an event on the 21st can join sessions that began on the 20th, or move one of the 22nd's start
+            {"view": "sessions_hourly", "day": days[4], "events": 1, "received_at": at(3), "batch_id": 1},
+        ],
+    )
     assert stale_days(settings) == [days[0], days[1], days[3], days[4], days[5]]

@@ -53,8 +53,13 @@ def test_health_answers_a_failing_query_with_a_one_line_server_error(broken):
 
 @pytest.mark.processes
 def test_status_reports_a_failing_query_in_one_line(broken):
-    done = subprocess.run([sys.executable, "-m", "lambdalake.cli", "status"], capture_output=True, text=True,
-                          cwd=REPO, env={"LAMBDALAKE_HOME": str(broken.home), "PYTHONPATH": str(REPO),
-                                         "PATH": "/usr/bin:/bin"}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdalake.cli", "status"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"LAMBDALAKE_HOME": str(broken.home), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith(f"lambdalake: error: {FAILED}") and len(done.stderr.splitlines()) == 1

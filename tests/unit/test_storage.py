@@ -26,8 +26,11 @@ def test_tables_folders_files_and_deletion(root):
     assert storage.delta_tables(root) == [f"{root}/batch/views", f"{root}/batch/views@v2", f"{root}/raw_events"]
     assert storage.folders(f"{root}/batch") == [f"{root}/batch/views", f"{root}/batch/views@v2"]
     write_deltalake(f"{root}/batch/views@v3", pa.table({"n": [1]}))  # made after the folder was listed
-    assert storage.folders(f"{root}/batch") == [f"{root}/batch/views", f"{root}/batch/views@v2",
-                                                f"{root}/batch/views@v3"]
+    assert storage.folders(f"{root}/batch") == [
+        f"{root}/batch/views",
+        f"{root}/batch/views@v2",
+        f"{root}/batch/views@v3",
+    ]
     assert storage.data_files(f"{root}/raw_events") == 2
     storage.delete(f"{root}/batch/views@v2")
     storage.delete(f"{root}/batch/views@v2")  # gone already: nothing to do

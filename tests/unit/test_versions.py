@@ -26,14 +26,22 @@ def settings(tmp_path, request):
 
 
 def _switch(settings, label):
-    versions.switch(settings, {VIEW: catalog.batch(VIEW, label).name}, datetime.now(UTC),
-                    versions.snapshot(settings, [VIEW]))
+    versions.switch(
+        settings, {VIEW: catalog.batch(VIEW, label).name}, datetime.now(UTC), versions.snapshot(settings, [VIEW])
+    )
 
 
-@pytest.mark.parametrize("label,needle", [
-    ("V2", "lowercase letters"), ("", "lowercase letters"), ("a/b", "lowercase letters"), ("x" * 41, "1 to 40"),
-    ("initial", "not 'initial'"), ("v2", "in use by page_views_per_minute"),
-])
+@pytest.mark.parametrize(
+    "label,needle",
+    [
+        ("V2", "lowercase letters"),
+        ("", "lowercase letters"),
+        ("a/b", "lowercase letters"),
+        ("x" * 41, "1 to 40"),
+        ("initial", "not 'initial'"),
+        ("v2", "in use by page_views_per_minute"),
+    ],
+)
 def test_a_label_must_be_well_formed_and_not_serving_or_kept(settings, label, needle):
     _switch(settings, "v2")
     with pytest.raises(ValueError, match=needle):
@@ -51,7 +59,9 @@ def test_a_switch_names_the_previous_version_and_retirement_keeps_what_may_serve
 
     assert versions.retire(settings) == []  # written just now, within a week
     assert versions.retire(dataclasses.replace(settings, version_retention_days=0)) == [
-        f"batch/{VIEW}", f"batch/{VIEW}@broken"]
+        f"batch/{VIEW}",
+        f"batch/{VIEW}@broken",
+    ]
     assert versions.describe(settings, [VIEW])[VIEW].previous is None
     assert versions.current(settings, VIEW).endswith("@v2")
     with pytest.raises(ValueError, match="no previous version"):

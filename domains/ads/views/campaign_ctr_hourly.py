@@ -13,7 +13,9 @@ VIEW = View(
     window=Tumbling(timedelta(hours=1)),
     keys=("campaign_id",),
     measures=(count("views"), count("clicks", flagged="clicked"), ratio("ctr", "clicks", "views")),
-    joins=(FollowedBy("click", on=("user_id", "ad_id"), within=timedelta(minutes=30), flag="clicked"),
-           Dimension("campaigns", key="ad_id", column="campaign_id", default="unknown")),
+    joins=(
+        FollowedBy("click", on=("user_id", "ad_id"), within=timedelta(minutes=30), flag="clicked"),
+        Dimension("campaigns", key="ad_id", column="campaign_id", default="unknown"),
+    ),
     expectations=("views > 0", "clicks BETWEEN 0 AND views", "ctr BETWEEN 0 AND 1"),
 )
