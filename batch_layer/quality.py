@@ -45,6 +45,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -54,7 +55,10 @@ from pyspark.sql import functions as F
 from infra.settings import Settings
 from views import compile, domain, tables, timebase
 from views.model import Tumbling, View
-from views.source import KEY, KIND, TIME
+from views.source import KEY, KIND, TIME, Source
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # the machine may be offline; nothing leaves it
 
@@ -338,7 +342,7 @@ RECORD_KEYS = (KEY, "partition", "offset")
 _OWN_DAY = f"event_date = to_date({TIME})"
 
 
-def raw_events_expectations(source) -> list:
+def raw_events_expectations(source: Source) -> list:
     import great_expectations.expectations as gxe
 
     return [
@@ -431,7 +435,7 @@ def _text(value) -> str | None:
     return None if value is None else value.isoformat() if isinstance(value, (date, datetime)) else str(value)
 
 
-def _run(settings: Settings, suite: Suite, rows, parameters: dict | None):
+def _run(settings: Settings, suite: Suite, rows: DataFrame | pd.DataFrame, parameters: dict | None):
     """Run ``suite``'s checkpoint on ``rows``; its one validation's results, and the run's identifiers
     (for the Data Docs)."""
     checkpoint = _checkpoint(settings, suite)
@@ -444,7 +448,7 @@ def _run(settings: Settings, suite: Suite, rows, parameters: dict | None):
 def check(
     settings: Settings,
     suite: Suite,
-    rows,
+    rows: DataFrame | pd.DataFrame,
     start: datetime,
     end: datetime,
     parameters: dict | None = None,

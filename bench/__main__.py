@@ -25,6 +25,7 @@ from bench import bare_stream, batch, live, orchestrated, parse, reliability, se
 from domains.clickstream import generator
 from domains.sample import counts
 from infra import kafka, processes, producer
+from infra.processes import Say
 from infra.settings import REPO, Settings
 from lambdalake.cli import Parser
 from serving_layer import engine
@@ -169,7 +170,7 @@ def _deployment(root: Path, name: str, **settings) -> Settings:
     return Settings(home=root / name).save(**PORTS, **settings)
 
 
-def _backlog(settings: Settings, events: int, say) -> int:
+def _backlog(settings: Settings, events: int, say: Say) -> int:
     now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=1), now, events)
     say(f"producing a backlog of {len(records):,} events: {counts(records)}")
@@ -180,7 +181,7 @@ def _backlog(settings: Settings, events: int, say) -> int:
     return total
 
 
-def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput.Drain]]:
+def _drains(root: Path, total: int, runs: int, say: Say) -> dict[str, list[throughput.Drain]]:
     drains: dict[str, list[throughput.Drain]] = {job: [] for job in JOBS}
     for run in range(runs):
         for job in JOBS:
@@ -197,7 +198,7 @@ def _drains(root: Path, total: int, runs: int, say) -> dict[str, list[throughput
     return drains
 
 
-def _live(root: Path, rates: list[float], seconds: int, markers: int, say) -> tuple[list[live.Fresh], list]:
+def _live(root: Path, rates: list[float], seconds: int, markers: int, say: Say) -> tuple[list[live.Fresh], list]:
     """Freshness of the bare stream and of the speed layer at 1,000 events/s, the steady rates, and
     freshness at half the highest steady rate kept up with (on a deployment of its own: in an hour the
     steady runs filled with users, one more user rarely moves a HyperLogLog estimate of them)."""
@@ -243,7 +244,7 @@ def _speed_layer(root: Path, name: str) -> Iterator[Settings]:
 
 def render(
     total: int,
-    drains,
+    drains: dict[str, list[throughput.Drain]],
     fresh: list[live.Fresh],
     steady: list[live.Steady],
     parsed: dict[str, list[float]],
@@ -798,7 +799,7 @@ TOPOLOGIES = {
 }
 
 
-def _kills(args, root: Path, topology: str, say) -> reliability.Kills:
+def _kills(args, root: Path, topology: str, say: Say) -> reliability.Kills:
     """The kill scenarios on ``topology`` (:data:`TOPOLOGIES`), in deployments under ``root`` (their
     broker's is ``root / "broker"``, stopped after them)."""
     chosen = TOPOLOGIES[topology]
@@ -830,7 +831,7 @@ def _kills(args, root: Path, topology: str, say) -> reliability.Kills:
     return reliability.Kills(topology, storm, stormed, killed, orchestrator)
 
 
-def _reliability(args, root: Path, soak_rate: float, say):
+def _reliability(args, root: Path, soak_rate: float, say: Say):
     """The reliability part's scenarios: the kill scenarios on each topology, the others on the first's
     broker (started again)."""
     root.chmod(0o711)  # PostgreSQL runs as its own user when the bench runs as root (infra.postgres)
@@ -868,7 +869,7 @@ def _doc(module) -> str:
     return (module.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
 
 
-def _speed(args, root: Path, say):
+def _speed(args, root: Path, say: Say):
     """The speed part's figures: drains of a backlog, freshness, steady rates and the parse alone."""
     broker = _deployment(root, "broker")
     try:

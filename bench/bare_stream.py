@@ -18,11 +18,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
 
 from bench.throughput import TIMEOUT, batch_end
 from infra import processes
@@ -69,7 +71,7 @@ def rows(spark: SparkSession, settings: Settings) -> DataFrame:
     return as_raw_events(kafka_source(spark, settings, settings.topic, "earliest"), settings)
 
 
-def start(settings: Settings):
+def start(settings: Settings) -> tuple[SparkSession, StreamingQuery]:
     """A session, and the job started in it; its table and checkpoint live in ``settings``' home."""
     spark = sparks.session(settings, "lambdalake-bench-bare")
     ensure_tables(spark, settings)
@@ -123,7 +125,7 @@ def run(settings: Settings) -> None:
 
 
 @contextmanager
-def running(settings: Settings):
+def running(settings: Settings) -> Iterator[None]:
     """The job running in a process of its own while the block runs (its log in ``settings``' home)."""
     log = settings.home / "bare_stream.log"
     with log.open("w") as errors:

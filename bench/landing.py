@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
 
 from infra.producer import Record
 from infra.settings import Settings
@@ -15,7 +16,7 @@ from speed_layer.queries import speed_views
 from views import events, tables
 
 
-def kafka_records(spark, records: list[Record], path: Path, topic: str = "events"):
+def kafka_records(spark: SparkSession, records: list[Record], path: Path, topic: str = "events") -> DataFrame:
     """``records`` as Spark's Kafka source reads them (one partition), through a Parquet file."""
     schema = pa.schema(
         [
@@ -46,7 +47,7 @@ def kafka_records(spark, records: list[Record], path: Path, topic: str = "events
     return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
 
 
-def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
+def land(spark: SparkSession, settings: Settings, records: list[Record], path: Path) -> None:
     """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
     source = settings.source
     parsed = events.parse(
@@ -57,7 +58,7 @@ def land(spark, settings: Settings, records: list[Record], path: Path) -> None:
     ).save(tables.RAW_EVENTS.path(settings))
 
 
-def fold(spark, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:
+def fold(spark: SparkSession, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:
     """``records`` as one micro-batch of the speed layer's fold (``speed_layer.fold``) under ``app_id``:
     raw_events, dead_letters, late_events and every speed view's partials."""
     Fold(spark, settings, speed_views(settings), app_id)(kafka_records(spark, records, path), 0)

@@ -12,7 +12,9 @@ starts, so the producers are not the bottleneck.
   (the broker's end offsets minus those, from its health report) is at most 5 s of input.
 - **Freshness:** over the same mix by a fixed pool of 200 users, at 1,000 events/s and at half the
   highest steady rate, each on a deployment of its own: after a minute of warm-up no event of the load
-  opens a session or brings a user new to its hour. Markers are then sent one after the other: a new
+  opens a session or brings a user new to its hour. Markers are then sent one after the other, each
+  after a wait drawn uniformly below a second, so that it comes at any moment of a micro-batch (sent as
+  soon as the one before showed, it would come just after a commit, at the same moment of each): a new
   user's purchase of a new product (its own category sent to the products changelog before the load),
   page view of a new page and search for a new query, each a row or an increment of its own in every
   view. Each view, and raw_events, is polled by a thread of its own through `serving_layer.engine.query`
@@ -32,6 +34,7 @@ import json
 import math
 import multiprocessing
 import os
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +65,8 @@ LOOK, POLL = 0.01, 1.0
 MARKER_TIMEOUT = 30
 #: Seconds of load a freshness run plans per marker; markers stop when the load does.
 PER_MARKER = 6
+#: Before each marker, a wait drawn (seeded) uniformly below this many seconds.
+MARKER_SPACING = 1.0
 #: What a freshness run polls: every view, and raw_events.
 RELATIONS = (
     "raw_events",
@@ -351,10 +356,11 @@ def markers_seen(
 ) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
     """Send markers ``numbers`` one after the other until ``until`` (seconds since the epoch): per
     relation, the seconds each took to show; and the micro-batches with input meanwhile."""
-    sender = _sender(settings.kafka_bootstrap, linger_ms=0)
+    sender, spacing = _sender(settings.kafka_bootstrap, linger_ms=0), random.Random(numbers.start)
     seen: dict[str, list[float]] = {name: [] for name in relations}
     with _MicroBatches(settings) as batches, ThreadPoolExecutor(len(relations)) as pool:
         for marker in numbers:
+            time.sleep(spacing.uniform(0, MARKER_SPACING))
             if time.time() > until:
                 break
             now = datetime.now(UTC)

@@ -30,6 +30,7 @@ from batch_layer.recompute import recompute_day
 from bench import batch, throughput
 from infra import airflow, batch_engine, services
 from infra import spark as sparks
+from infra.processes import Say
 from infra.settings import Settings
 from views.timebase import DAY, UTC, day_start
 
@@ -96,7 +97,7 @@ def _warm(settings: Settings, day: date, runs: int) -> list[float]:
     return times[1:]
 
 
-def run(settings: Settings, events: int, say) -> tuple[Runs]:
+def run(settings: Settings, events: int, say: Say) -> tuple[Runs]:
     """Land the days, then the nightly run, the warm baseline and the backfill."""
     yesterday = datetime.now(UTC).date() - DAY
     days = [yesterday - i * DAY for i in range(BACKFILL_DAYS, -1, -1)]

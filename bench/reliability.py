@@ -67,6 +67,7 @@ from domains.clickstream import generator
 from domains.sample import Mix
 from infra import airflow, batch_engine, kafka, processes, producer, services
 from infra import spark as sparks
+from infra.processes import Say
 from infra.producer import Record
 from infra.settings import Settings
 from serving_layer import engine
@@ -303,7 +304,7 @@ def _recompute_all(settings: Settings, records: list[Record]) -> None:
         recompute_day(spark, settings, timebase.day_start(day), timebase.day_start(day) + timebase.DAY)
 
 
-def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
+def kill_storm(settings: Settings, events: int, kills: int, say: Say) -> Storm:
     now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=2), now, events, seed=31, shaped=False)
     services.start_speed(settings)
@@ -328,7 +329,7 @@ def kill_storm(settings: Settings, events: int, kills: int, say) -> Storm:
     return storm
 
 
-def broker_kill(settings: Settings, broker: Settings, events: int, say) -> BrokerKill:
+def broker_kill(settings: Settings, broker: Settings, events: int, say: Say) -> BrokerKill:
     now = datetime.now(UTC)
     records = generator.generate(
         now - timedelta(minutes=8), now, events, seed=32, shaped=False, mix=Mix(late=0, duplicate=0, malformed=0)
@@ -378,7 +379,7 @@ def _finished(task) -> str:
     return (errors.strip().splitlines() or ["failed"])[-1] if task.returncode else ""
 
 
-def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
+def batch_kill(settings: Settings, kills: int, events: int, say: Say) -> BatchKill:
     from speed_layer.queries import ensure_tables
     from tests import oracle
     from tests.compare import day_measures, merged_rows, same_days
@@ -449,7 +450,7 @@ def batch_kill(settings: Settings, kills: int, events: int, say) -> BatchKill:
     return BatchKill(events, duration, rounds)
 
 
-def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, say) -> OrchestratorKill:
+def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, say: Say) -> OrchestratorKill:
     from speed_layer.queries import ensure_tables
     from tests.integration.records import land
 
@@ -553,7 +554,7 @@ def _disk_mb(path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def soak(settings: Settings, rate: float, minutes: int, say) -> Soak:
+def soak(settings: Settings, rate: float, minutes: int, say: Say) -> Soak:
     """The platform under load for ``minutes`` at ``rate`` events/s (:class:`Soak`)."""
     today = datetime.now(UTC).date()
     settings = settings.save(batch_start_date=(today - timebase.DAY).isoformat())
@@ -563,7 +564,7 @@ def soak(settings: Settings, rate: float, minutes: int, say) -> Soak:
         services.down(settings)
 
 
-def _soaked(settings: Settings, rate: float, minutes: int, say) -> Soak:
+def _soaked(settings: Settings, rate: float, minutes: int, say: Say) -> Soak:
     """:func:`soak`, the platform started (and left running)."""
     for start in (services.start_speed, batch_engine.start, services.start_airflow, services.start_serving):
         start(settings)
@@ -679,7 +680,7 @@ def _renamed(record: Record, kind: str, event_id: str) -> dict:
     return event if kind == SAME_ID else {**event, "event_id": event_id}
 
 
-def hostile_input(settings: Settings, per_kind: int, say) -> Hostile:
+def hostile_input(settings: Settings, per_kind: int, say: Say) -> Hostile:
     """``per_kind`` records broken in each of :data:`KINDS` ways, each from a valid page view of its own
     that is sent too, among as many other valid events."""
     now = datetime.now(UTC)
@@ -755,7 +756,7 @@ def _outcome(url: str, sql: str) -> str:
         return f"{response.status_code}, not JSON: {' '.join(response.text.split())[:80]}"
 
 
-def hostile_queries(settings: Settings, say) -> Queries:
+def hostile_queries(settings: Settings, say: Say) -> Queries:
     """:data:`POINT_CLIENTS` clients sending point queries of one page's minute back to back, alone for a
     third of :data:`QUERY_SECONDS`, then beside :data:`BAD_CLIENTS` clients cycling through
     :data:`BAD_QUERIES` for :data:`QUERY_SECONDS`."""

@@ -51,11 +51,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from batch_layer.recompute import recompute_view
 from bench import landing
 from domains.clickstream import generator
 from infra import spark as sparks
+from infra.processes import Say
 from infra.settings import Settings
 from lake.merge import batch_relation
 from serving_layer import engine, sandbox, spark_sql
@@ -122,7 +124,7 @@ class Writes:
     copied: dict[str, int]
 
 
-def build(spark, settings: Settings, count: int, say) -> Data:
+def build(spark: SparkSession, settings: Settings, count: int, say: Say) -> Data:
     """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
     (UTC) and recompute every view over them."""
     began, now = time.monotonic(), datetime.now(UTC)
@@ -235,7 +237,7 @@ def check_ms(settings: Settings, queries: list[str]) -> list[float]:
         con.close()
 
 
-def under_writes(spark, settings: Settings, queries: list[str]) -> Writes:
+def under_writes(spark: SparkSession, settings: Settings, queries: list[str]) -> Writes:
     """Time the serving layer on ``queries``, one every ``WRITES_EVERY`` seconds, while the speed layer's
     fold commits micro-batches of ``BATCH_EVENTS`` events of the last minute, one after another (the first
     before the queries start)."""
@@ -271,7 +273,9 @@ def under_writes(spark, settings: Settings, queries: list[str]) -> Writes:
     )
 
 
-def run(settings: Settings, count: int, say) -> tuple[Data, dict[str, Result], Queries, dict[str, list[float]], Writes]:
+def run(
+    settings: Settings, count: int, say: Say
+) -> tuple[Data, dict[str, Result], Queries, dict[str, list[float]], Writes]:
     """Build the data, measure the serving layer and Spark SQL with the same queries, time the sandbox's
     check alone, then the serving layer under writes."""
     spark = sparks.session(settings, "lambdalake-bench-serving")

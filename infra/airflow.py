@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import requests
 import tenacity
@@ -420,7 +421,7 @@ class AirflowClient:
         self._token = response.json()["access_token"]
         return self._token
 
-    def request(self, method: str, path: str, **kwargs) -> dict:
+    def request(self, method: str, path: str, **kwargs: Any) -> dict:
         """Call ``/api/v2<path>`` and return its JSON; log in again once if the token expired. A call that
         lost SQLite's lock to another writer (:func:`_lost_the_lock`) is made again, a few times, a
         second or two apart."""

@@ -29,6 +29,7 @@ def main() -> int:
         spark.range(1000).selectExpr("id", "id % 7 AS key").write.format("delta").save(table)
         rows = spark.read.format("delta").load(table)
         rows.join(rows.groupBy("key").count(), "key").agg({"count": "sum"}).collect()
+        assert spark.sparkContext._gateway is not None  # a classic session's
         jvm = spark.sparkContext._gateway.proc  # the JVM exits (and writes the archive) once its stdin closes
         spark.stop()
         jvm.stdin.close()

@@ -27,7 +27,7 @@ ENGINE_RETRIES: dict[str, Any] = {"retries": 3, "retry_exponential_backoff": Tru
 BATCH_PRIORITY, MAINTENANCE_PRIORITY = 10, 1
 
 
-def default_args(retry_delay: timedelta = timedelta(minutes=1), **more) -> dict:
+def default_args(retry_delay: timedelta = timedelta(minutes=1), **more: object) -> dict:
     return {"owner": OWNER, "retries": 1, "retry_delay": retry_delay, "weight_rule": "absolute", **more}
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psutil
 import tenacity
@@ -19,6 +19,8 @@ import tenacity
 from infra.settings import Settings
 
 T = TypeVar("T")
+#: Where a long operation reports its progress, a line at a time (``print`` by default).
+Say = Callable[[str], object]
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,12 @@ def require_free(port: int, purpose: str) -> None:
 
 
 def start(
-    settings: Settings, name: str, argv: Sequence[str], env: dict | None = None, cwd: Path | None = None, **popen
+    settings: Settings,
+    name: str,
+    argv: Sequence[str],
+    env: dict | None = None,
+    cwd: Path | None = None,
+    **popen: Any,
 ) -> int:
     """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid.
     ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process).

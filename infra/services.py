@@ -161,7 +161,7 @@ def start_airflow(settings: Settings) -> None:
     )
 
 
-def up(settings: Settings, say=print, schedule: bool = True) -> Settings:
+def up(settings: Settings, say: processes.Say = print, schedule: bool = True) -> Settings:
     """Start everything and (``schedule``) turn every DAG on; starting twice is harmless. Returns the
     settings (with the batch start date)."""
     if settings.batch_start_date is None:

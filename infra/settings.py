@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from views import DEFAULT_DOMAIN, all_views, domain
 from views.model import View
@@ -232,10 +233,10 @@ class Settings:
     def batch_engine_url(self) -> str:
         return f"sc://127.0.0.1:{self.batch_engine_port}"
 
-    def with_overrides(self, **changes) -> Settings:
+    def with_overrides(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
-    def save(self, **changes) -> Settings:
+    def save(self, **changes: Any) -> Settings:
         """Persist ``changes`` into the home's settings.json (which may hold secrets: readable by its
         owner only) and return the updated settings."""
         from infra.credentials import write_private

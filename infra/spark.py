@@ -13,9 +13,13 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING
 
 from infra import credentials
 from infra.settings import JAR_CACHE, Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def jars() -> list[str]:
@@ -158,7 +162,7 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def session(settings: Settings, app_name: str, master: str | None = None):
+def session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
     """Get or create the process's SparkSession for ``settings`` (on ``master``, default the
     ``spark_master`` setting's)."""
     from pyspark.sql import SparkSession

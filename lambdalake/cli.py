@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import NoReturn
 
 from infra import credentials, processes
 from infra import settings as config
@@ -17,7 +18,7 @@ from infra import settings as config
 class Parser(argparse.ArgumentParser):
     """argparse that explains a wrong argument in one line and exits 2."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

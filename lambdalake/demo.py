@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from domains.sample import counts
 from infra import airflow, credentials, kafka, producer, services
 from infra import settings as config
+from infra.processes import Say
 from infra.settings import REPO, Settings
 from serving_layer import engine
 from views import DEFAULT_DOMAIN, domain, generator, tables, timebase
@@ -26,7 +27,7 @@ PER_DAY = 3000
 LIVE_RATE, LIVE_SECONDS = 20, 60
 
 
-def run_batch(settings: Settings, say) -> dict[str, str]:
+def run_batch(settings: Settings, say: Say) -> dict[str, str]:
     """Turn every DAG on and let the scheduler catch the nightly DAG up to yesterday; on a deployment
     whose past days were batched already (an earlier demo), backfill them again with the new history."""
     client = airflow.AirflowClient(settings)

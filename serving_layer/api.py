@@ -29,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from infra import credentials
+from infra.processes import Say
 from infra.settings import Settings
 from serving_layer import catalog, client, engine
 from serving_layer.access import token
@@ -179,7 +180,7 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
     return app
 
 
-def serve(settings: Settings, host: str, port: int, say=print) -> None:
+def serve(settings: Settings, host: str, port: int, say: Say = print) -> None:
     """Serve the API and dashboard on ``host:port`` until interrupted."""
     import uvicorn
 

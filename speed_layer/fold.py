@@ -28,6 +28,7 @@ speed views) is the same pass without steps 2 and 3.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -261,7 +262,7 @@ def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 @contextmanager
-def timed(steps: dict[str, float], step: str):
+def timed(steps: dict[str, float], step: str) -> Iterator[None]:
     """Add the block's seconds to ``steps[step]``."""
     began = time.perf_counter()
     yield

@@ -15,6 +15,7 @@ import statistics
 import time
 from collections import deque
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQuery
 
@@ -22,6 +23,9 @@ from infra import processes
 from infra.settings import Settings
 from infra.speed_report import Health, QueryHealth
 from speed_layer.lag import Meter
+
+if TYPE_CHECKING:
+    from speed_layer.fold import Fold
 
 #: A micro-batch that runs this many times the median of the recent ones (with input) is stalled.
 STALL_FACTOR = 10
@@ -62,7 +66,7 @@ class Monitor:
         self,
         settings: Settings,
         events: StreamingQuery,
-        fold,
+        fold: Fold,
         others: list[StreamingQuery],
         starting_offsets: str,
         startup: dict[str, float],

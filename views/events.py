@@ -7,14 +7,19 @@ the same rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from views.source import DECIMAL, INTEGER, STRING, UNSIGNED_DECIMAL, Source
+
+if TYPE_CHECKING:
+    from infra.producer import Record
 
 #: The Spark type each field type lands as.
 SPARK_TYPES = {
@@ -39,7 +44,7 @@ KAFKA_RECORD = T.StructType(
 )
 
 
-def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tuple]:
+def kafka_rows(records: Iterable[Record], topic: str = "events", partitions: int = 3) -> list[tuple]:
     """Generated records (``infra.producer.Record``) as :data:`KAFKA_RECORD` tuples, as Spark's Kafka
     source would read them from ``topic``: spread over ``partitions`` by position, offsets in order."""
     offsets = [0] * partitions
@@ -53,7 +58,9 @@ def kafka_rows(records, topic: str = "events", partitions: int = 3) -> list[tupl
     return rows
 
 
-def kafka_frame(spark, records, topic: str = "events", partitions: int = 3) -> DataFrame:
+def kafka_frame(
+    spark: SparkSession, records: Iterable[Record], topic: str = "events", partitions: int = 3
+) -> DataFrame:
     """A DataFrame of :func:`kafka_rows`."""
     return spark.createDataFrame(kafka_rows(records, topic, partitions), KAFKA_RECORD)
 

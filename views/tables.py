@@ -6,12 +6,18 @@ append to one of fixed columns through its :class:`Table`; ``Settings.table`` sa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from views.source import Changelog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from infra.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -26,28 +32,28 @@ class Table:
     #: Delta table properties it is created with.
     properties: tuple[tuple[str, str], ...] = ()
 
-    def path(self, settings) -> str:
+    def path(self, settings: Settings) -> str:
         """Where ``settings``' deployment stores it."""
         return settings.table(self.name)
 
-    def exists(self, settings) -> bool:
+    def exists(self, settings: Settings) -> bool:
         """:func:`exists` at its :meth:`path`."""
         return exists(self.path(settings))
 
-    def opened(self, settings) -> DeltaTable | None:
+    def opened(self, settings: Settings) -> DeltaTable | None:
         """:func:`opened` at its :meth:`path`."""
         return opened(self.path(settings))
 
-    def rows(self, settings, columns: list[str] | None = None) -> pa.Table | None:
+    def rows(self, settings: Settings, columns: list[str] | None = None) -> pa.Table | None:
         """Its rows now (``columns`` of them), read with delta-rs (no Spark job); None if it was never written."""
         table = self.opened(settings)
         return None if table is None else table.to_pyarrow_table(columns=columns)
 
-    def read(self, spark, settings):
+    def read(self, spark: SparkSession, settings: Settings) -> DataFrame:
         """Its rows as a Spark DataFrame of ``spark``'s."""
         return spark.read.format("delta").load(self.path(settings))
 
-    def append(self, settings, rows: list[dict] | list[tuple]) -> None:
+    def append(self, settings: Settings, rows: list[dict] | list[tuple]) -> None:
         """Append ``rows`` (dicts by column, or tuples in the columns' order) in one commit with delta-rs,
         making the table if there is none; for a table whose :attr:`schema` the platform fixes."""
         if self.schema is None:

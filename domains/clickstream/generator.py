@@ -26,7 +26,7 @@ def _session(user: str, start: datetime, rng: random.Random) -> list[dict]:
     """One browsing session: a list of events with increasing times."""
     session, moment, events = uuid.UUID(int=rng.getrandbits(128)).hex[:16], start, []
 
-    def emit(event_type: str, **fields) -> None:
+    def emit(event_type: str, **fields: object) -> None:
         nonlocal moment
         events.append(
             {
