@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake.merge import speed_sql
 from lake.sketches import sketch_functions
 from views import tables, timebase
@@ -65,7 +65,7 @@ def compare_sql(view: View, batch: str, speed: str) -> str:
     )
 
 
-def _partials(settings: Settings, view: View, start: datetime, end: datetime) -> pa.Table | None:
+def _partials(settings: Deployment, view: View, start: datetime, end: datetime) -> pa.Table | None:
     """The speed layer's partials of ``view`` for the hours of ``[start, end)``, or None if it has none."""
     table = tables.SPEED_PARTIALS.opened(settings)
     partials = None if table is None else table.to_pyarrow_dataset()
@@ -98,7 +98,7 @@ def compare(view: View, batch: pa.Table, partials: pa.Table) -> Comparison:
     )
 
 
-def record(settings: Settings, view: View, batch: pa.Table, start: datetime, end: datetime) -> Comparison | None:
+def record(settings: Deployment, view: View, batch: pa.Table, start: datetime, end: datetime) -> Comparison | None:
     """Compare ``batch`` (the view's exact rows of ``[start, end)``) with the speed layer's rows of
     those windows and append the report to ``corrections``; None if the speed layer has no rows there."""
     partials = _partials(settings, view, timebase.utc(start), timebase.utc(end))

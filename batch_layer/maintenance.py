@@ -31,7 +31,7 @@ from pyspark.sql import Row, SparkSession
 
 from infra import delta, storage
 from infra.airflow import parsing_logs, task_logs
-from infra.settings import Settings
+from infra.deployment import Deployment
 from views.tables import opened
 
 #: A file below this size is small: OPTIMIZE packs such files together. Spark reads a table in splits of
@@ -41,12 +41,12 @@ from views.tables import opened
 SMALL_FILE_BYTES = 128 * 2**20
 
 
-def tables(settings: Settings) -> list[str]:
+def tables(settings: Deployment) -> list[str]:
     """Every Delta table of the deployment (the catalogue's and every batch version), as locations."""
     return storage.delta_tables(settings.storage_root)
 
 
-def _name(settings: Settings, table: str) -> str:
+def _name(settings: Deployment, table: str) -> str:
     return table.removeprefix(settings.storage_root + "/")
 
 
@@ -65,7 +65,7 @@ def _has_small_files(log: deltalake.DeltaTable) -> bool:
     return (pc.max(per_partition).as_py() or 0) >= 2
 
 
-def optimize(spark: SparkSession, settings: Settings) -> dict[str, int]:
+def optimize(spark: SparkSession, settings: Deployment) -> dict[str, int]:
     """Compact the small files of every table that has some; per table, how many files were rewritten."""
     # Delta's OPTIMIZE then packs the files this module calls small, and no larger one
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES))
@@ -147,7 +147,7 @@ def _vacuum(
     return _deletable(table, log, retention)
 
 
-def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
+def vacuum(spark: SparkSession, settings: Deployment) -> dict[str, int]:
     """Set every table's retentions from the settings, then delete the files no version within the
     retention reads, in the tables that have some; per table, how many files went.
 
@@ -171,7 +171,7 @@ def vacuum(spark: SparkSession, settings: Settings) -> dict[str, int]:
     return done
 
 
-def trim_logs(settings: Settings) -> int:
+def trim_logs(settings: Deployment) -> int:
     """Delete Airflow's task and parsing logs older than the retention; how many files went."""
     oldest = time.time() - settings.log_retention_days * 86_400
     old = [

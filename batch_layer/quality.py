@@ -52,8 +52,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from infra.settings import Settings
-from views import compile, domain, tables, timebase
+from infra.deployment import Deployment
+from views import compile, tables, timebase
 from views.model import Tumbling, View
 from views.source import KEY, KIND, TIME, Source
 
@@ -158,7 +158,7 @@ def _locked(home: str, exclusive: bool) -> Iterator[None]:
 _contexts: dict[str, object] = {}
 
 
-def _context(settings: Settings, reload: bool = False):
+def _context(settings: Deployment, reload: bool = False):
     """The deployment's GX file context, made the current GX project (validation definitions and
     checkpoints look their stores up there). Loaded under the project's lock, which the caller holds
     to ``reload`` it (GX writes a new project's files as it loads it)."""
@@ -201,7 +201,7 @@ def _source(context, engine: str):
 _checkpoints: dict[tuple[str, str], tuple[tuple, object]] = {}
 
 
-def _checkpoint(settings: Settings, suite: Suite):
+def _checkpoint(settings: Deployment, suite: Suite):
     """``suite``'s checkpoint in the file context: looked up once per process, written only if missing
     or made from another definition."""
     key = (str(settings.home), suite.checkpoint_name)
@@ -368,12 +368,13 @@ def raw_events_expectations(source: Source) -> list:
 
 
 @lru_cache(maxsize=8)
-def raw_events_suites(domain_name: str) -> tuple[Suite, Suite]:
-    """raw_events' checkpoint, and the one that runs the same suite again to list failing records' keys.
+def raw_events_suites(source: Source) -> tuple[Suite, Suite]:
+    """raw_events' checkpoint for events of ``source``, and the one that runs the same suite again to list
+    failing records' keys.
 
     The first reports counts only: GX would otherwise scan the records once more per expectation for
     its lists of unexpected values, whether any failed or not."""
-    expectations = tuple(raw_events_expectations(domain(domain_name).source))
+    expectations = tuple(raw_events_expectations(source))
     return (
         Suite("raw_events", "spark", expectations, {"result_format": "SUMMARY", "partial_unexpected_count": 0}),
         Suite(
@@ -392,7 +393,7 @@ def raw_events_suites(domain_name: str) -> tuple[Suite, Suite]:
 
 
 @contextmanager
-def docs_once(settings: Settings) -> Iterator[None]:
+def docs_once(settings: Deployment) -> Iterator[None]:
     """Checks run in the block update the Data Docs once, when it ends (however it ends)."""
     results: list = []
     token = _pending_docs.set(results)
@@ -435,7 +436,7 @@ def _text(value) -> str | None:
     return None if value is None else value.isoformat() if isinstance(value, (date, datetime)) else str(value)
 
 
-def _run(settings: Settings, suite: Suite, rows: DataFrame | pd.DataFrame, parameters: dict | None):
+def _run(settings: Deployment, suite: Suite, rows: DataFrame | pd.DataFrame, parameters: dict | None):
     """Run ``suite``'s checkpoint on ``rows``; its one validation's results, and the run's identifiers
     (for the Data Docs)."""
     checkpoint = _checkpoint(settings, suite)
@@ -446,7 +447,7 @@ def _run(settings: Settings, suite: Suite, rows: DataFrame | pd.DataFrame, param
 
 
 def check(
-    settings: Settings,
+    settings: Deployment,
     suite: Suite,
     rows: DataFrame | pd.DataFrame,
     start: datetime,
@@ -526,7 +527,7 @@ def unique_events(events: DataFrame, start: datetime, end: datetime) -> dict[str
 
 
 def check_view(
-    settings: Settings,
+    settings: Deployment,
     view: View,
     rows: DataFrame,
     events: DataFrame | Mapping[str, int],
@@ -573,7 +574,7 @@ def with_first_copy(records: DataFrame) -> DataFrame:
     return records.withColumn(FIRST_COPY, F.row_number().over(first) == 1)
 
 
-def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end: datetime) -> Check:
+def check_raw_events(settings: Deployment, events: DataFrame, start: datetime, end: datetime) -> Check:
     """Check raw_events' records of ``[start, end)`` against its suite, where they are: ``events``, the
     records (cached if they are used again), best with :data:`FIRST_COPY` (:func:`with_first_copy`);
     without it, the check numbers the days' records itself."""
@@ -592,7 +593,7 @@ def check_raw_events(settings: Settings, events: DataFrame, start: datetime, end
     if not numbered:
         rows = rows.persist()  # the suite's few aggregations share the numbering's one shuffle
     try:
-        cheap, detail = raw_events_suites(settings.domain)
+        cheap, detail = raw_events_suites(settings.source)
         # records without their Kafka coordinates: failing ones not listed
         return check(settings, cheap, rows, start, end, detail=detail if keys == list(RECORD_KEYS) else None)
     finally:

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from batch_layer import corrections, quality
 from infra import delta
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger, versions
 from views import compile, tables, timebase
 from views.model import View
@@ -48,7 +48,7 @@ def _literal(moment: datetime) -> str:
     return f"TIMESTAMP'{timebase.utc(moment):%Y-%m-%d %H:%M:%S}'"
 
 
-def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
+def read_table(spark: SparkSession, settings: Deployment, name: str) -> DataFrame:
     """The catalogue's table ``name`` (raw_events, a dimension)."""
     path = settings.table(name)
     if not tables.exists(path):
@@ -59,7 +59,7 @@ def read_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame:
 
 
 def read_records(
-    spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime, end: datetime
+    spark: SparkSession, settings: Deployment, views: Iterable[View], start: datetime, end: datetime
 ) -> DataFrame:
     """The raw_events records ``views`` read to compute the days of ``[start, end)``, with the columns
     they use (each event_id's first copy is taken from them: every copy of an event is on its day).
@@ -76,7 +76,7 @@ def read_records(
 
 @contextmanager
 def checked_events(
-    spark: SparkSession, settings: Settings, views: Iterable[View], start: datetime, end: datetime
+    spark: SparkSession, settings: Deployment, views: Iterable[View], start: datetime, end: datetime
 ) -> Iterator[tuple[DataFrame, dict[str, int], Future]]:
     """Give each event_id's first copy among the records ``views`` read (:func:`read_records`), the
     valid unique events of each type in ``[start, end)`` (what the views' checks reconcile with), and
@@ -124,7 +124,7 @@ def each_view(work: Callable[[View], R], views: Iterable[View]) -> dict[str, R]:
 
 def write_days(
     spark: SparkSession,
-    settings: Settings,
+    settings: Deployment,
     view: View,
     events: DataFrame,
     start: datetime,
@@ -157,7 +157,7 @@ def write_days(
 
 def recompute_view(
     spark: SparkSession,
-    settings: Settings,
+    settings: Deployment,
     view: View,
     start: datetime,
     end: datetime,
@@ -181,7 +181,7 @@ def recompute_view(
     return Recomputed(count, tuple(d.isoformat() for d in days), final)
 
 
-def recompute_day(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> dict[str, Recomputed]:
+def recompute_day(spark: SparkSession, settings: Deployment, start: datetime, end: datetime) -> dict[str, Recomputed]:
     """Recompute every view for the days of ``[start, end)`` (whole UTC days) on ``spark`` (a session
     of the batch engine, infra.spark.engine, or the process's own), a few at once (:func:`each_view`),
     each written once raw_events passed its check (:func:`checked_events`; the Data Docs updated once

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from batch_layer.recompute import checked_events, each_view, write_days
 from infra import storage
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger, versions
 from views import tables, timebase
 from views.model import View
@@ -48,7 +48,7 @@ class Plan:
         return timebase.day_start(self.last) + timebase.DAY
 
 
-def history(settings: Settings) -> tuple[date, date]:
+def history(settings: Deployment) -> tuple[date, date]:
     """The first and last day of raw_events (read from its partitions, no Spark job)."""
     raw_events = tables.RAW_EVENTS.opened(settings)
     if raw_events is None:
@@ -66,7 +66,7 @@ def _day(value: date | str | None) -> date | None:
 
 
 def plan(
-    settings: Settings,
+    settings: Deployment,
     label: str,
     views: Iterable[str] | None = None,
     first: date | str | None = None,
@@ -97,7 +97,7 @@ def plan(
 
 
 def _copy_others(
-    spark: SparkSession, settings: Settings, plan: Plan, view: str, source: tuple[str, int | None], target: str
+    spark: SparkSession, settings: Deployment, plan: Plan, view: str, source: tuple[str, int | None], target: str
 ) -> None:
     """Append to ``target`` the rows of the serving version ``source`` (table, Delta version) outside the
     plan's days."""
@@ -120,7 +120,11 @@ def _copy_others(
 
 
 def build(
-    spark: SparkSession, settings: Settings, views: list[View], plan: Plan, based_on: dict[str, tuple[str, int | None]]
+    spark: SparkSession,
+    settings: Deployment,
+    views: list[View],
+    plan: Plan,
+    based_on: dict[str, tuple[str, int | None]],
 ) -> dict[str, dict[date, int]]:
     """Build every view's new version (see the module doc) from the serving versions of ``based_on``
     (versions.snapshot); per view, its rows per recomputed day. If any fails, the new tables are deleted."""
@@ -144,7 +148,7 @@ def build(
         raise
 
 
-def discard(settings: Settings, plan: Plan) -> None:
+def discard(settings: Deployment, plan: Plan) -> None:
     """Delete the plan's new tables."""
     for view in plan.views:
         storage.delete(tables.batch(view, plan.label).path(settings))
@@ -163,7 +167,7 @@ class Reprocessed:
 
 
 def publish(
-    settings: Settings, plan: Plan, built: dict[str, dict[date, int]], based_on: dict[str, tuple[str, int | None]]
+    settings: Deployment, plan: Plan, built: dict[str, dict[date, int]], based_on: dict[str, tuple[str, int | None]]
 ) -> dict[str, Reprocessed]:
     """Switch every view of ``built`` to its new version in one commit, then record the days it made
     final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
@@ -193,7 +197,7 @@ def publish(
     }
 
 
-def reprocess(spark: SparkSession, settings: Settings, plan: Plan) -> dict[str, Reprocessed]:
+def reprocess(spark: SparkSession, settings: Deployment, plan: Plan) -> dict[str, Reprocessed]:
     """Run ``plan`` on ``spark`` (a session of the batch engine): build every view's new version, then switch."""
     known = settings.views
     based_on = versions.snapshot(settings, plan.views)

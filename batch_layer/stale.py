@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger
 from views import tables
 
 
-def stale_days(settings: Settings) -> list[date]:
+def stale_days(settings: Deployment) -> list[date]:
     """Days already in the batch ledger whose windows late events that arrived since they were computed
     can change (for a view whose windows reach across midnight, the neighbouring days too)."""
     views = settings.views

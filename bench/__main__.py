@@ -25,8 +25,8 @@ from bench import bare_stream, batch, live, orchestrated, parse, reliability, se
 from domains.clickstream import generator
 from domains.sample import counts
 from infra import kafka, processes, producer
+from infra.deployment import REPO, Deployment
 from infra.processes import Say
-from infra.settings import REPO, Settings
 from lambdalake.cli import Parser
 from serving_layer import engine
 
@@ -166,11 +166,11 @@ def _command(argv: list[str]) -> str:
     return shlex.join(["PYTHONPATH=.", os.path.relpath(sys.executable, REPO), "-m", "bench", *argv])
 
 
-def _deployment(root: Path, name: str, **settings) -> Settings:
-    return Settings(home=root / name).save(**PORTS, **settings)
+def _deployment(root: Path, name: str, **settings) -> Deployment:
+    return Deployment(home=root / name).save(**PORTS, **settings)
 
 
-def _backlog(settings: Settings, events: int, say: Say) -> int:
+def _backlog(settings: Deployment, events: int, say: Say) -> int:
     now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=1), now, events)
     say(f"producing a backlog of {len(records):,} events: {counts(records)}")
@@ -229,7 +229,7 @@ def _live(root: Path, rates: list[float], seconds: int, markers: int, say: Say) 
 
 
 @contextmanager
-def _speed_layer(root: Path, name: str) -> Iterator[Settings]:
+def _speed_layer(root: Path, name: str) -> Iterator[Deployment]:
     """A deployment ``name`` of its own topics, its speed layer running while the block runs."""
     from infra import services
 
@@ -283,7 +283,7 @@ def render(
             *rows,
             "",
             f"Memory of the speed layer (driver and JVM, resident; the JVM's heap capped at `spark_driver_memory`, "
-            f"{Settings.spark_driver_memory}) at each quarter of the drain with all views: {memory}. "
+            f"{Deployment.spark_driver_memory}) at each quarter of the drain with all views: {memory}. "
             f"Its live heap (in use right after a full collection, forced at each quarter of the profiled drain "
             f"below): {' → '.join(f'{m:,.0f}' for m in profiled.live_heap_mb)} MB.",
             "",

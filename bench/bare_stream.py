@@ -29,12 +29,12 @@ from pyspark.sql.streaming import StreamingQuery
 from bench.throughput import TIMEOUT, batch_end
 from infra import processes
 from infra import spark as sparks
-from infra.settings import Settings, load
+from infra.deployment import Deployment, load
 from speed_layer.queries import ensure_tables, kafka_source
 from views import tables
 
 
-def as_raw_events(records: DataFrame, settings: Settings) -> DataFrame:
+def as_raw_events(records: DataFrame, settings: Deployment) -> DataFrame:
     """Kafka records (Spark's Kafka source's columns) as rows of ``settings``' raw_events, which must
     exist: its columns and their types are read from it."""
     source = settings.source
@@ -66,12 +66,12 @@ def as_raw_events(records: DataFrame, settings: Settings) -> DataFrame:
     return records.select(*(columns[name].cast(kind).alias(name) for name, kind in typed.items()))
 
 
-def rows(spark: SparkSession, settings: Settings) -> DataFrame:
+def rows(spark: SparkSession, settings: Deployment) -> DataFrame:
     """The events topic's records as raw_events rows, as they come."""
     return as_raw_events(kafka_source(spark, settings, settings.topic, "earliest"), settings)
 
 
-def start(settings: Settings) -> tuple[SparkSession, StreamingQuery]:
+def start(settings: Deployment) -> tuple[SparkSession, StreamingQuery]:
     """A session, and the job started in it; its table and checkpoint live in ``settings``' home."""
     spark = sparks.session(settings, "lambdalake-bench-bare")
     ensure_tables(spark, settings)
@@ -87,7 +87,7 @@ def start(settings: Settings) -> tuple[SparkSession, StreamingQuery]:
     return spark, query
 
 
-def drain(settings: Settings, total: int) -> dict:
+def drain(settings: Deployment, total: int) -> dict:
     """Run the job until it has read ``total`` records; its first micro-batch's start to the end of
     the one that read the last record (Spark's own progress reports), and the micro-batches."""
     spark, query = start(settings)
@@ -110,7 +110,7 @@ def drain(settings: Settings, total: int) -> dict:
         spark.stop()
 
 
-def run(settings: Settings) -> None:
+def run(settings: Deployment) -> None:
     """Run the job until SIGTERM; say "running" once it has started."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     spark, query = start(settings)
@@ -125,7 +125,7 @@ def run(settings: Settings) -> None:
 
 
 @contextmanager
-def running(settings: Settings) -> Iterator[None]:
+def running(settings: Deployment) -> Iterator[None]:
     """The job running in a process of its own while the block runs (its log in ``settings``' home)."""
     log = settings.home / "bare_stream.log"
     with log.open("w") as errors:

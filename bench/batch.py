@@ -63,9 +63,9 @@ from batch_layer.stale import stale_days
 from bench import landing
 from domains.clickstream import PRODUCTS, generator
 from infra import spark as sparks
+from infra.deployment import Deployment
 from infra.processes import Say
 from infra.producer import Record
-from infra.settings import Settings
 from lake import versions
 from speed_layer.queries import ensure_tables
 from views import changelog
@@ -172,7 +172,7 @@ def _at(moment: datetime | date) -> str:
     return f"TIMESTAMP '{moment:%Y-%m-%d %H:%M:%S}'" if isinstance(moment, datetime) else f"DATE '{moment}'"
 
 
-def baseline(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> None:
+def baseline(spark: SparkSession, settings: Deployment, start: datetime, end: datetime) -> None:
     """The plain Spark SQL job: every view of ``SQL`` for the day ``[start, end)``, each replacing the
     day in its Delta table ``baseline/<view>``."""
     for name in ("raw_events", "products"):
@@ -191,7 +191,7 @@ def baseline(spark: SparkSession, settings: Settings, start: datetime, end: date
         spark.sql("DROP VIEW day_events")  # and its cache
 
 
-def unchecked(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> None:
+def unchecked(spark: SparkSession, settings: Deployment, start: datetime, end: datetime) -> None:
     """``recompute_day`` with its quality checks and corrections replaced by no-ops: a view's rows are
     brought to the driver for its writer as the check would bring them, unchecked."""
 
@@ -236,7 +236,7 @@ def _equal(ours: dict, theirs: dict) -> bool:
     )
 
 
-def check(spark: SparkSession, settings: Settings, start: datetime, end: datetime) -> None:
+def check(spark: SparkSession, settings: Deployment, start: datetime, end: datetime) -> None:
     """Raise unless every view's rows from the baseline equal the batch layer's for ``[start, end)``."""
     views = settings.views
     if set(views) != set(SQL):
@@ -255,7 +255,7 @@ def check(spark: SparkSession, settings: Settings, start: datetime, end: datetim
             )
 
 
-def build(spark: SparkSession, settings: Settings, days: dict[date, int], say: Say) -> None:
+def build(spark: SparkSession, settings: Deployment, days: dict[date, int], say: Say) -> None:
     """Land ``days[d]`` generated events on each day ``d`` (its last hour through the speed layer's
     fold) and a products changelog over the days."""
     ensure_tables(spark, settings)
@@ -287,7 +287,7 @@ def _timed(job: Callable[[], T]) -> tuple[float, T]:
 
 
 def measure(
-    spark: SparkSession, settings: Settings, day: date, jobs: tuple[str, ...], runs: int, warm: bool, say: Say
+    spark: SparkSession, settings: Deployment, day: date, jobs: tuple[str, ...], runs: int, warm: bool, say: Say
 ) -> dict:
     """Seconds per timed run of each of ``jobs`` recomputing ``day``, in turn; the baseline's rows
     checked against the batch layer's after the first run (untimed if ``warm``)."""
@@ -321,7 +321,7 @@ def _late_event(day: date) -> Record:
     return Record(datetime.now(UTC), b"u0", json.dumps(event).encode(), "late")
 
 
-def _correct(spark: SparkSession, settings: Settings) -> list[date]:
+def _correct(spark: SparkSession, settings: Deployment) -> list[date]:
     """What ``late_data_recompute`` does: recompute each run of consecutive stale days together; the days."""
     days = stale_days(settings)
     for first, last in ranges(days):
@@ -329,7 +329,7 @@ def _correct(spark: SparkSession, settings: Settings) -> list[date]:
     return days
 
 
-def late(spark: SparkSession, settings: Settings, count: int, say: Say) -> Late:
+def late(spark: SparkSession, settings: Deployment, count: int, say: Say) -> Late:
     """A week of days of ``count`` events: a full rebuild, then the correction of one late event for
     the newest day."""
     today = datetime.now(UTC).date()
@@ -357,7 +357,7 @@ def late(spark: SparkSession, settings: Settings, count: int, say: Say) -> Late:
     return Late(days, count, stale, rebuild, correction)
 
 
-def run(settings: Settings, late_settings: Settings, count: int, runs: int, say: Say) -> tuple[list[Day], Late]:
+def run(settings: Deployment, late_settings: Deployment, count: int, runs: int, say: Say) -> tuple[list[Day], Late]:
     """The ratio's day and the growth's, then the late event."""
     spark = sparks.session(settings, "lambdalake-bench-batch")
     try:

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from infra.deployment import Deployment
 from infra.producer import Record
-from infra.settings import Settings
 from speed_layer.fold import Fold
 from speed_layer.queries import speed_views
 from views import events, tables
@@ -47,7 +47,7 @@ def kafka_records(spark: SparkSession, records: list[Record], path: Path, topic:
     return spark.read.schema(events.KAFKA_RECORD).parquet(str(path))
 
 
-def land(spark: SparkSession, settings: Settings, records: list[Record], path: Path) -> None:
+def land(spark: SparkSession, settings: Deployment, records: list[Record], path: Path) -> None:
     """Append the valid events of ``records`` to raw_events (``events.parse``, ``events.landed``)."""
     source = settings.source
     parsed = events.parse(
@@ -58,7 +58,7 @@ def land(spark: SparkSession, settings: Settings, records: list[Record], path: P
     ).save(tables.RAW_EVENTS.path(settings))
 
 
-def fold(spark: SparkSession, settings: Settings, records: list[Record], path: Path, app_id: str) -> None:
+def fold(spark: SparkSession, settings: Deployment, records: list[Record], path: Path, app_id: str) -> None:
     """``records`` as one micro-batch of the speed layer's fold (``speed_layer.fold``) under ``app_id``:
     raw_events, dead_letters, late_events and every speed view's partials."""
     Fold(spark, settings, speed_views(settings), app_id)(kafka_records(spark, records, path), 0)

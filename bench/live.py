@@ -45,7 +45,7 @@ from pathlib import Path
 
 from domains.clickstream import generator
 from infra import kafka, producer, services
-from infra.settings import Settings
+from infra.deployment import Deployment
 from serving_layer import engine
 from views import tables
 
@@ -157,7 +157,7 @@ class Load:
 
 
 def load(
-    settings: Settings, rate: float, seconds: float, seed: int, users: int | None = None, start: float | None = None
+    settings: Deployment, rate: float, seconds: float, seed: int, users: int | None = None, start: float | None = None
 ) -> Load:
     """Producer processes that send ``rate`` events/s in all for ``seconds``, from ``start`` (seconds
     since the epoch; default: once they may have generated their share)."""
@@ -189,7 +189,7 @@ class Steady:
     kept_up: bool
 
 
-def steady(settings: Settings, rate: float, seconds: float, seed: int) -> Steady:
+def steady(settings: Deployment, rate: float, seconds: float, seed: int) -> Steady:
     """Run the full mix at ``rate`` for ``seconds``; whether the speed layer kept up with it."""
     run = load(settings, rate, seconds, seed)
     try:
@@ -211,11 +211,11 @@ def kept_up(rate: float, seconds: float, produced: int, processed: int, lag: flo
     return produced >= 0.95 * rate * seconds and processed >= 0.98 * produced and lag <= 5 * rate
 
 
-def _sent(settings: Settings) -> int:
+def _sent(settings: Deployment) -> int:
     return sum(kafka.end_offsets(settings, settings.topic).values())
 
 
-def _processed(settings: Settings) -> int:
+def _processed(settings: Deployment) -> int:
     report = services.speed_health(settings)
     return report.processed if report else 0
 
@@ -238,12 +238,12 @@ def _checks(marker: int, now: datetime) -> dict[str, str]:
     }
 
 
-def _value(settings: Settings, sql: str) -> int:
+def _value(settings: Deployment, sql: str) -> int:
     _, [[value]] = engine.query(settings, sql)
     return value
 
 
-def _log_stamp(settings: Settings, relation: str) -> int:
+def _log_stamp(settings: Deployment, relation: str) -> int:
     """When the Delta log of the table that brings ``relation`` its rows last changed (ns)."""
     table = tables.RAW_EVENTS if relation == tables.RAW_EVENTS.name else tables.SPEED_PARTIALS
     try:
@@ -252,7 +252,7 @@ def _log_stamp(settings: Settings, relation: str) -> int:
         return 0
 
 
-def _poll(settings: Settings, relation: str, sql: str, before: int, sent: float) -> float:
+def _poll(settings: Deployment, relation: str, sql: str, before: int, sent: float) -> float:
     """Seconds from ``sent`` to the end of the first poll of ``sql`` (about ``relation``) whose value
     exceeds ``before``: a poll each time the relation's Delta log changed, and at least every :data:`POLL`."""
     polled, stamp = -math.inf, None
@@ -280,7 +280,7 @@ def _marker_events(marker: int, now: datetime) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def marker_products(settings: Settings, markers: range) -> None:
+def marker_products(settings: Deployment, markers: range) -> None:
     """Give each marker's product a category of its own, in the products changelog."""
     now = datetime.now(UTC)
     [products] = [d for d in settings.dimensions if d.name == "products"]
@@ -302,7 +302,7 @@ class _MicroBatches:
     """The speed layer's micro-batches with input while it runs, from its health report: (records,
     seconds) by batch id (none for a job without one)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Deployment):
         self.seen: dict[int, tuple[int, float]] = {}
         self._settings, self._done = settings, threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -333,7 +333,7 @@ class Fresh:
 
 
 def freshness(
-    settings: Settings, markers: int, rate: float, first: int = 0, relations: tuple[str, ...] = RELATIONS
+    settings: Deployment, markers: int, rate: float, first: int = 0, relations: tuple[str, ...] = RELATIONS
 ) -> Fresh:
     """How fresh ``relations`` are under the load at ``rate``: markers ``first`` .. ``first + markers - 1``."""
     numbers = range(first, first + markers)
@@ -352,7 +352,7 @@ def freshness(
 
 
 def markers_seen(
-    settings: Settings, numbers: range, relations: tuple[str, ...], until: float
+    settings: Deployment, numbers: range, relations: tuple[str, ...], until: float
 ) -> tuple[dict[str, list[float]], list[tuple[int, float]]]:
     """Send markers ``numbers`` one after the other until ``until`` (seconds since the epoch): per
     relation, the seconds each took to show; and the micro-batches with input meanwhile."""

@@ -30,8 +30,8 @@ from batch_layer.recompute import recompute_day
 from bench import batch, throughput
 from infra import airflow, batch_engine, services
 from infra import spark as sparks
+from infra.deployment import Deployment
 from infra.processes import Say
-from infra.settings import Settings
 from views.timebase import DAY, UTC, day_start
 
 DAG = "batch_recompute"
@@ -78,7 +78,7 @@ def _task_seconds(client: airflow.AirflowClient, run_id: str) -> float:
     return _when(task.end_date) - _when(task.start_date)
 
 
-def _engine_memory(settings: Settings) -> Memory:
+def _engine_memory(settings: Deployment) -> Memory:
     """The engine's :class:`Memory` now."""
     busy = batch_engine.status(settings).rss_mb
     time.sleep(IDLE)
@@ -87,7 +87,7 @@ def _engine_memory(settings: Settings) -> Memory:
     return Memory(busy, status.rss_mb, throughput.live_heap_mb(status.pid))
 
 
-def _warm(settings: Settings, day: date, runs: int) -> list[float]:
+def _warm(settings: Deployment, day: date, runs: int) -> list[float]:
     """``recompute_day`` of ``day`` in this process's own session: one untimed run, then ``runs`` timed."""
     spark, times = sparks.session(settings, "lambdalake-bench-warm"), []
     for _ in range(runs + 1):
@@ -97,7 +97,7 @@ def _warm(settings: Settings, day: date, runs: int) -> list[float]:
     return times[1:]
 
 
-def run(settings: Settings, events: int, say: Say) -> tuple[Runs]:
+def run(settings: Deployment, events: int, say: Say) -> tuple[Runs]:
     """Land the days, then the nightly run, the warm baseline and the backfill."""
     yesterday = datetime.now(UTC).date() - DAY
     days = [yesterday - i * DAY for i in range(BACKFILL_DAYS, -1, -1)]

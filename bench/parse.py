@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from bench import bare_stream, landing
 from domains.clickstream import generator
 from infra import spark as sparks
-from infra.settings import Settings, load
+from infra.deployment import Deployment, load
 from speed_layer.queries import ensure_tables
 from views import events
 
@@ -29,7 +29,7 @@ WARM = 3
 OURS, BASELINE = "speed layer (`events.parse`)", "Spark's `from_json` (baseline)"
 
 
-def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
+def run(settings: Deployment, count: int, runs: int) -> dict[str, list[float]]:
     spark = sparks.session(settings, "lambdalake-bench-parse")
     try:
         ensure_tables(spark, settings)
@@ -55,7 +55,7 @@ def run(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
         spark.stop()
 
 
-def measure(settings: Settings, count: int, runs: int) -> dict[str, list[float]]:
+def measure(settings: Deployment, count: int, runs: int) -> dict[str, list[float]]:
     """:func:`run`, in a process of its own."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.parse", str(settings.home), str(count), str(runs)],

@@ -67,9 +67,9 @@ from domains.clickstream import generator
 from domains.sample import Mix
 from infra import airflow, batch_engine, kafka, processes, producer, services
 from infra import spark as sparks
+from infra.deployment import Deployment
 from infra.processes import Say
 from infra.producer import Record
-from infra.settings import Settings
 from serving_layer import engine
 from views import timebase
 
@@ -173,7 +173,7 @@ class Kills:
 
     topology: str
     #: The kill storm's deployment (its tables stay for the hostile queries).
-    deployment: Settings
+    deployment: Deployment
     storm: Storm
     broker: BrokerKill
     orchestrator: OrchestratorKill
@@ -225,7 +225,7 @@ class Queries:
     server_up: bool = True
 
 
-def _landing(settings: Settings) -> Landing:
+def _landing(settings: Deployment) -> Landing:
     _, [(landed, distinct_landed, dead, distinct_dead)] = engine.query(
         settings,
         (
@@ -251,12 +251,12 @@ def _chunks(records: list[Record]):
         time.sleep(1)
 
 
-def _send(settings: Settings, records: list[Record]) -> None:
+def _send(settings: Deployment, records: list[Record]) -> None:
     for chunk in _chunks(records):
         producer.send(settings, chunk)
 
 
-def _running_pid(settings: Settings, name: str) -> int:
+def _running_pid(settings: Deployment, name: str) -> int:
     """The pid of service ``name``, which must be running."""
     pid = processes.running_pid(settings, name)
     if pid is None:
@@ -264,14 +264,14 @@ def _running_pid(settings: Settings, name: str) -> int:
     return pid
 
 
-def _kill_speed(settings: Settings) -> None:
+def _kill_speed(settings: Deployment) -> None:
     pid = _running_pid(settings, services.SPEED)
     group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     os.killpg(pid, signal.SIGKILL)
     psutil.wait_procs(group, timeout=30)
 
 
-def _differing(settings: Settings, records: list[Record]) -> dict[str, tuple[int, int]]:
+def _differing(settings: Deployment, records: list[Record]) -> dict[str, tuple[int, int]]:
     """Per view, its merged rows that differ from the oracle's, and the oracle's row count."""
     from tests import oracle
     from tests.compare import assert_measures, merged_rows
@@ -289,7 +289,7 @@ def _differing(settings: Settings, records: list[Record]) -> dict[str, tuple[int
     return found
 
 
-def _recompute_all(settings: Settings, records: list[Record]) -> None:
+def _recompute_all(settings: Deployment, records: list[Record]) -> None:
     """The batch layer's recompute of every day the records' events fall on."""
     from batch_layer.recompute import recompute_day
 
@@ -304,7 +304,7 @@ def _recompute_all(settings: Settings, records: list[Record]) -> None:
         recompute_day(spark, settings, timebase.day_start(day), timebase.day_start(day) + timebase.DAY)
 
 
-def kill_storm(settings: Settings, events: int, kills: int, say: Say) -> Storm:
+def kill_storm(settings: Deployment, events: int, kills: int, say: Say) -> Storm:
     now = datetime.now(UTC)
     records = generator.generate(now - timedelta(hours=2), now, events, seed=31, shaped=False)
     services.start_speed(settings)
@@ -329,7 +329,7 @@ def kill_storm(settings: Settings, events: int, kills: int, say: Say) -> Storm:
     return storm
 
 
-def broker_kill(settings: Settings, broker: Settings, events: int, say: Say) -> BrokerKill:
+def broker_kill(settings: Deployment, broker: Deployment, events: int, say: Say) -> BrokerKill:
     now = datetime.now(UTC)
     records = generator.generate(
         now - timedelta(minutes=8), now, events, seed=32, shaped=False, mix=Mix(late=0, duplicate=0, malformed=0)
@@ -379,7 +379,7 @@ def _finished(task) -> str:
     return (errors.strip().splitlines() or ["failed"])[-1] if task.returncode else ""
 
 
-def batch_kill(settings: Settings, kills: int, events: int, say: Say) -> BatchKill:
+def batch_kill(settings: Deployment, kills: int, events: int, say: Say) -> BatchKill:
     from speed_layer.queries import ensure_tables
     from tests import oracle
     from tests.compare import day_measures, merged_rows, same_days
@@ -450,7 +450,7 @@ def batch_kill(settings: Settings, kills: int, events: int, say: Say) -> BatchKi
     return BatchKill(events, duration, rounds)
 
 
-def orchestrator_kill(settings: Settings, days: int, kills: int, events: int, say: Say) -> OrchestratorKill:
+def orchestrator_kill(settings: Deployment, days: int, kills: int, events: int, say: Say) -> OrchestratorKill:
     from speed_layer.queries import ensure_tables
     from tests.integration.records import land
 
@@ -520,14 +520,14 @@ def _resident_mb(pid: int | None) -> int:
     return round(sum(p.memory_info().rss for p in (process, *process.children(recursive=True))) / 2**20)
 
 
-def _point_clients(settings: Settings, stop: threading.Event, found: list) -> list[threading.Thread]:
+def _point_clients(settings: Deployment, stop: threading.Event, found: list) -> list[threading.Thread]:
     """:data:`POINT_CLIENTS` threads each sending a point query of one page's last minute every
     :data:`SOAK_QUERY_EVERY` seconds until ``stop``; each appends (its end, seconds since the epoch;
     milliseconds; ok) to ``found``."""
     url = settings.serve_url + "query"
 
     def client(seed: int) -> None:
-        rng = random.Random(seed)
+        rng, session = random.Random(seed), requests.Session()
         while not stop.wait(SOAK_QUERY_EVERY):
             minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
             sql = (
@@ -535,7 +535,7 @@ def _point_clients(settings: Settings, stop: threading.Event, found: list) -> li
                 f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'"
             )
             began = time.perf_counter()
-            ok = _outcome(url, sql) == ANSWERED
+            ok = _outcome(session, url, sql) == ANSWERED
             found.append((time.time(), (time.perf_counter() - began) * 1000, ok))
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(POINT_CLIENTS)]
@@ -544,7 +544,7 @@ def _point_clients(settings: Settings, stop: threading.Event, found: list) -> li
     return threads
 
 
-def _files(settings: Settings, table: str) -> int:
+def _files(settings: Deployment, table: str) -> int:
     from deltalake import DeltaTable
 
     return len(DeltaTable(settings.table(table)).file_uris())
@@ -554,7 +554,7 @@ def _disk_mb(path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def soak(settings: Settings, rate: float, minutes: int, say: Say) -> Soak:
+def soak(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
     """The platform under load for ``minutes`` at ``rate`` events/s (:class:`Soak`)."""
     today = datetime.now(UTC).date()
     settings = settings.save(batch_start_date=(today - timebase.DAY).isoformat())
@@ -564,7 +564,7 @@ def soak(settings: Settings, rate: float, minutes: int, say: Say) -> Soak:
         services.down(settings)
 
 
-def _soaked(settings: Settings, rate: float, minutes: int, say: Say) -> Soak:
+def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
     """:func:`soak`, the platform started (and left running)."""
     for start in (services.start_speed, batch_engine.start, services.start_airflow, services.start_serving):
         start(settings)
@@ -680,7 +680,7 @@ def _renamed(record: Record, kind: str, event_id: str) -> dict:
     return event if kind == SAME_ID else {**event, "event_id": event_id}
 
 
-def hostile_input(settings: Settings, per_kind: int, say: Say) -> Hostile:
+def hostile_input(settings: Deployment, per_kind: int, say: Say) -> Hostile:
     """``per_kind`` records broken in each of :data:`KINDS` ways, each from a valid page view of its own
     that is sent too, among as many other valid events."""
     now = datetime.now(UTC)
@@ -741,11 +741,12 @@ BAD_QUERIES = {
 ANSWERED = "200: answered"
 
 
-def _outcome(url: str, sql: str) -> str:
-    """``sql`` sent to the HTTP API: :data:`ANSWERED`, or the HTTP status and its one-line error, or what
-    kept the answer from coming (within twice the API's time limit)."""
+def _outcome(client: requests.Session, url: str, sql: str) -> str:
+    """``sql`` sent to the HTTP API by ``client`` (a client's connection, kept open from one query to the
+    next as an HTTP client library keeps it): :data:`ANSWERED`, or the HTTP status and its one-line
+    error, or what kept the answer from coming (within twice the API's time limit)."""
     try:
-        response = requests.post(url, json={"sql": sql}, timeout=2 * Settings.query_timeout_seconds)
+        response = client.post(url, json={"sql": sql}, timeout=2 * Deployment.query_timeout_seconds)
     except requests.RequestException as exc:
         return f"no answer: {type(exc).__name__}"
     if response.ok:
@@ -756,7 +757,7 @@ def _outcome(url: str, sql: str) -> str:
         return f"{response.status_code}, not JSON: {' '.join(response.text.split())[:80]}"
 
 
-def hostile_queries(settings: Settings, say: Say) -> Queries:
+def hostile_queries(settings: Deployment, say: Say) -> Queries:
     """:data:`POINT_CLIENTS` clients sending point queries of one page's minute back to back, alone for a
     third of :data:`QUERY_SECONDS`, then beside :data:`BAD_CLIENTS` clients cycling through
     :data:`BAD_QUERIES` for :data:`QUERY_SECONDS`."""
@@ -769,11 +770,12 @@ def hostile_queries(settings: Settings, say: Say) -> Queries:
         stop = time.monotonic() + seconds
 
         def point(client: int) -> None:
-            rng = random.Random(client)
+            rng, session = random.Random(client), requests.Session()
             while time.monotonic() < stop:
                 page, minute = rng.choice(keys)
                 began = time.perf_counter()
                 outcome = _outcome(
+                    session,
                     url,
                     f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
                     f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'",
@@ -792,12 +794,12 @@ def hostile_queries(settings: Settings, say: Say) -> Queries:
     stop = time.monotonic() + QUERY_SECONDS
 
     def bad(client: int) -> None:
-        names = list(BAD_QUERIES)
+        names, session = list(BAD_QUERIES), requests.Session()
         for n in range(client, 10**9):
             if time.monotonic() > stop:
                 return
             name = names[n % len(names)]
-            outcome = _outcome(url, BAD_QUERIES[name])
+            outcome = _outcome(session, url, BAD_QUERIES[name])
             with lock:
                 sent, outcomes = result.bad.get(name, (0, {}))
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1

@@ -57,8 +57,8 @@ from batch_layer.recompute import recompute_view
 from bench import landing
 from domains.clickstream import generator
 from infra import spark as sparks
+from infra.deployment import Deployment
 from infra.processes import Say
-from infra.settings import Settings
 from lake.merge import batch_relation
 from serving_layer import engine, sandbox, spark_sql
 from speed_layer.fold import Fold
@@ -124,7 +124,7 @@ class Writes:
     copied: dict[str, int]
 
 
-def build(spark: SparkSession, settings: Settings, count: int, say: Say) -> Data:
+def build(spark: SparkSession, settings: Deployment, count: int, say: Say) -> Data:
     """Fold the last hour's events as speed rows, land ``count`` events of the 30 days before today
     (UTC) and recompute every view over them."""
     began, now = time.monotonic(), datetime.now(UTC)
@@ -155,7 +155,7 @@ def draw(rows: list, sizes: list[int], seed: int) -> list[list]:
     return [drawn[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def queries(settings: Settings, data: Data, seed: int = 3) -> Queries:
+def queries(settings: Deployment, data: Data, seed: int = 3) -> Queries:
     """Point queries at pages and minutes drawn from the view's batch rows, and range queries of each page:
     over the month (timed) and over its last 29 days (to warm a runner)."""
     rows = DeltaTable(settings.table(f"batch/{VIEW}")).to_pyarrow_table(columns=["page", "window_start"]).to_pylist()
@@ -227,7 +227,7 @@ def measure(run: Runner, queries: Queries) -> Result:
     )
 
 
-def check_ms(settings: Settings, queries: list[str]) -> list[float]:
+def check_ms(settings: Deployment, queries: list[str]) -> list[float]:
     """Milliseconds of the sandbox's check (``sandbox.check``) of each query, against the relations the
     engine has, as ``engine.query`` checks a query it has not passed before."""
     con, known = sandbox.connect(settings.query_memory_limit, settings.query_threads), engine.with_data(settings)
@@ -237,7 +237,7 @@ def check_ms(settings: Settings, queries: list[str]) -> list[float]:
         con.close()
 
 
-def under_writes(spark: SparkSession, settings: Settings, queries: list[str]) -> Writes:
+def under_writes(spark: SparkSession, settings: Deployment, queries: list[str]) -> Writes:
     """Time the serving layer on ``queries``, one every ``WRITES_EVERY`` seconds, while the speed layer's
     fold commits micro-batches of ``BATCH_EVENTS`` events of the last minute, one after another (the first
     before the queries start)."""
@@ -274,7 +274,7 @@ def under_writes(spark: SparkSession, settings: Settings, queries: list[str]) ->
 
 
 def run(
-    settings: Settings, count: int, say: Say
+    settings: Deployment, count: int, say: Say
 ) -> tuple[Data, dict[str, Result], Queries, dict[str, list[float]], Writes]:
     """Build the data, measure the serving layer and Spark SQL with the same queries, time the sandbox's
     check alone, then the serving layer under writes."""

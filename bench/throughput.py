@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from infra import processes, services
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 TIMEOUT = 1800  # seconds one drain may take
 
@@ -51,7 +51,7 @@ def batch_end(started: str, durations_ms: dict) -> float:
     return processes.parse_utc(started) + durations_ms.get("triggerExecution", 0) / 1000
 
 
-def bare(settings: Settings, total: int) -> Drain:
+def bare(settings: Deployment, total: int) -> Drain:
     """Drain the topic with the bare Structured Streaming job, in a process of its own."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.bare_stream", str(settings.home), str(total)],
@@ -86,7 +86,7 @@ def live_heap_mb(pid: int) -> float:
     return sum(float(gc[space]) for space in ("S0U", "S1U", "EU", "OU")) / 1024
 
 
-def speed(settings: Settings, total: int, live_heap: bool = False) -> Drain:
+def speed(settings: Deployment, total: int, live_heap: bool = False) -> Drain:
     """Drain the topic with the speed layer's own process, watching its health report (and, with
     ``live_heap``, its live heap at each quarter: each a full collection, which the drain's time pays)."""
     services.start_speed(settings)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, CronDataIntervalTimetable, get_current_context, task
 
 from infra import dags
-from infra.settings import load
+from infra.deployment import load
 from views import tables
 
 settings = load()

@@ -18,7 +18,7 @@ from datetime import UTC, date, datetime
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, task
 
 from infra import dags
-from infra.settings import load
+from infra.deployment import load
 from views import tables
 
 settings = load()

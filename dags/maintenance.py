@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, chain, task
 
 from infra import dags
-from infra.settings import load
+from infra.deployment import load
 
 with DAG(
     dag_id="maintenance",

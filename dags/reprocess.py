@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from infra import dags
-from infra.settings import load
+from infra.deployment import load
 from lake import versions
 from views import tables
 

@@ -21,7 +21,7 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from infra import dags
-from infra.settings import load
+from infra.deployment import load
 from views import tables
 
 settings = load()

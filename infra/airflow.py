@@ -29,7 +29,7 @@ import requests
 import tenacity
 
 from infra import credentials, postgres, processes
-from infra.settings import REPO, Settings
+from infra.deployment import REPO, Deployment
 
 SCHEDULER = "airflow-scheduler"
 DAG_PROCESSOR = "airflow-dag-processor"
@@ -68,7 +68,7 @@ class AirflowError(RuntimeError):
         self.status = status
 
 
-def airflow_home(settings: Settings) -> Path:
+def airflow_home(settings: Deployment) -> Path:
     return settings.home / "airflow"
 
 
@@ -76,17 +76,17 @@ def airflow_home(settings: Settings) -> Path:
 DAG_IDS = ("batch_recompute", "late_data_recompute", "maintenance", "reprocess", "speed_layer_watchdog")
 
 
-def task_logs(settings: Settings) -> Path:
+def task_logs(settings: Deployment) -> Path:
     """Where task attempts log: ``dag_id=<dag>/run_id=<run>/task_id=<task>/attempt=<n>.log``."""
     return settings.logs / "airflow-tasks"
 
 
-def parsing_logs(settings: Settings) -> Path:
+def parsing_logs(settings: Deployment) -> Path:
     """Where the DAG processor logs the parsing of each DAG file."""
     return settings.logs / "airflow-dag-parsing"
 
 
-def _secrets(settings: Settings) -> dict[str, str]:
+def _secrets(settings: Deployment) -> dict[str, str]:
     """The Fernet key, JWT secret and API secret key, generated once into the home so all processes agree."""
     path = airflow_home(settings) / "secrets.json"
     if not path.exists():
@@ -105,7 +105,7 @@ def _secrets(settings: Settings) -> dict[str, str]:
     return json.loads(path.read_text())
 
 
-def env(settings: Settings) -> dict[str, str]:
+def env(settings: Deployment) -> dict[str, str]:
     """Environment for every Airflow process (and ``airflow`` CLI call) of this deployment."""
     home = airflow_home(settings)
     keys = _secrets(settings)
@@ -155,7 +155,7 @@ def env(settings: Settings) -> dict[str, str]:
     }
 
 
-def _database(settings: Settings) -> dict[str, str]:
+def _database(settings: Deployment) -> dict[str, str]:
     """Where Airflow keeps its metadata: SQLite in its home, or the deployment's PostgreSQL."""
     if settings.airflow_database == "postgresql":
         # the same psycopg URL for Airflow's async engine, which would otherwise want asyncpg
@@ -181,7 +181,7 @@ _COMMANDS = {
 }
 
 
-def _prepare(settings: Settings) -> None:
+def _prepare(settings: Deployment) -> None:
     """Write the admin's login, start the metadata database if it is PostgreSQL, and migrate it (once per
     Airflow version and database)."""
     home = airflow_home(settings)
@@ -213,7 +213,7 @@ def _prepare(settings: Settings) -> None:
     marker.write_text(wanted + "\n")
 
 
-def health(settings: Settings) -> dict | None:
+def health(settings: Deployment) -> dict | None:
     """The API server's /api/v2/monitor/health (no login needed), or None if it does not answer."""
     try:
         response = requests.get(f"{settings.airflow_url}/api/v2/monitor/health", timeout=3)
@@ -222,7 +222,7 @@ def health(settings: Settings) -> dict | None:
         return None
 
 
-def _healthy(settings: Settings, name: str, since: datetime | None = None) -> bool:
+def _healthy(settings: Deployment, name: str, since: datetime | None = None) -> bool:
     """True if ``name`` reports healthy (and, given ``since``, has heartbeaten since then)."""
     report = (health(settings) or {}).get(_HEALTH_KEY[name]) or {}
     if report.get("status") != "healthy":
@@ -231,11 +231,11 @@ def _healthy(settings: Settings, name: str, since: datetime | None = None) -> bo
     return since is None or name == API_SERVER or (beat is not None and datetime.fromisoformat(beat) >= since)
 
 
-def _running(settings: Settings, name: str) -> bool:
+def _running(settings: Deployment, name: str) -> bool:
     return processes.running_pid(settings, name) is not None
 
 
-def start(settings: Settings, timeout: float = 120) -> None:
+def start(settings: Deployment, timeout: float = 120) -> None:
     """Start the services that do not run (no-op if all run and are healthy) and wait until all are healthy."""
     if all(_running(settings, n) and _healthy(settings, n) for n in SERVICES):
         return
@@ -268,7 +268,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
         raise
 
 
-def _launch(settings: Settings, names: list[str], since: datetime, deadline: float) -> None:
+def _launch(settings: Deployment, names: list[str], since: datetime, deadline: float) -> None:
     """Start the services ``names`` that do not run and wait until each is healthy."""
     for name in names:
         if not _running(settings, name):
@@ -294,13 +294,13 @@ def _parsed(client: AirflowClient) -> bool:
     return all(dag in listed or dag in broken for dag in DAG_IDS)
 
 
-def stop(settings: Settings) -> bool:
+def stop(settings: Deployment) -> bool:
     """Stop every Airflow service of the deployment, then its PostgreSQL if it has one; True if any was
     running."""
     return any([*(processes.stop(settings, name) for name in SERVICES), postgres.stop(settings)])
 
 
-def status(settings: Settings) -> dict[str, processes.Service]:
+def status(settings: Deployment) -> dict[str, processes.Service]:
     """Per service: its process, health and the URL it serves (the UI and API, for the API server; the
     database, for its PostgreSQL if it has one)."""
     report = health(settings) or {}
@@ -399,7 +399,7 @@ def _lost_the_lock(method: str, error: BaseException) -> bool:
 class AirflowClient:
     """The REST API v2 of a deployment's Airflow, logged in as the settings' admin user (JWT bearer)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Deployment):
         self.settings = settings
         self.url = settings.airflow_url
         self._http = requests.Session()

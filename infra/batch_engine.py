@@ -23,7 +23,7 @@ import psutil
 
 from infra import processes
 from infra import spark as sparks
-from infra.settings import REPO, Settings
+from infra.deployment import REPO, Deployment
 
 NAME = "batch-engine"
 SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -41,7 +41,7 @@ POOLS = """<?xml version="1.0"?>
 MALLOC = {"MALLOC_ARENA_MAX": "2"}
 
 
-def command(settings: Settings) -> list[str]:
+def command(settings: Deployment) -> list[str]:
     """The server's ``spark-submit`` command line."""
     from infra.spark_cluster import spark_home
 
@@ -70,12 +70,12 @@ def command(settings: Settings) -> list[str]:
     ]
 
 
-def healthy(settings: Settings) -> bool:
+def healthy(settings: Deployment) -> bool:
     """Whether the server accepts connections on its port."""
     return sparks.answers(settings.batch_engine_url)
 
 
-def start(settings: Settings, timeout: float = 120) -> None:
+def start(settings: Deployment, timeout: float = 120) -> None:
     """Start the engine (no-op if it runs), wait until it accepts connections and, if it was started
     here, warm it up (:func:`warm_up`, unless the setting ``batch_engine_warm_up`` is off)."""
     started = processes.running_pid(settings, NAME) is None
@@ -97,7 +97,7 @@ def start(settings: Settings, timeout: float = 120) -> None:
         warm_up(settings)
 
 
-def _warms_up(settings: Settings) -> bool:
+def _warms_up(settings: Deployment) -> bool:
     """Whether a start warms the engine up: the setting ``batch_engine_warm_up``, for a domain whose
     generator can make the rehearsed day."""
     from views import has_generator
@@ -105,7 +105,7 @@ def _warms_up(settings: Settings) -> bool:
     return settings.batch_engine_warm_up and has_generator(settings.domain)
 
 
-def warm_up(settings: Settings) -> None:
+def warm_up(settings: Deployment) -> None:
     """Rehearse a nightly run on the engine (:func:`_rehearsal`), so that the first task after a start
     finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths compiled
     (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s warm).
@@ -126,7 +126,7 @@ REHEARSED_DAY = datetime(2000, 1, 3, tzinfo=UTC)
 REHEARSED_EVENTS = 2000
 
 
-def _rehearsal(settings: Settings) -> None:
+def _rehearsal(settings: Deployment) -> None:
     """A generated day of the deployment's domain landed and recomputed (``recompute_day``: its checks,
     every view, the ledger) on the engine, in a scratch deployment of the engine's own, then removed."""
     from batch_layer.recompute import recompute_day
@@ -157,14 +157,14 @@ _DAY_TASK = """
 import sys
 from datetime import datetime, timedelta
 from batch_layer.recompute import recompute_day
-from infra import settings, spark
-day, deployment = datetime.fromisoformat(sys.argv[1]), settings.load()
+from infra import deployment as config, spark
+day, deployment = datetime.fromisoformat(sys.argv[1]), config.load()
 with spark.engine(deployment) as session:
     recompute_day(session, deployment, day, day + timedelta(days=1))
 """
 
 
-def day_task(settings: Settings, start: datetime) -> subprocess.Popen:
+def day_task(settings: Deployment, start: datetime) -> subprocess.Popen:
     """A process doing on the engine what the batch_recompute task does for the day from ``start``, as
     a task does it: in a process of its own (its stderr piped: an error's last line is its message)."""
     return subprocess.Popen(
@@ -176,7 +176,7 @@ def day_task(settings: Settings, start: datetime) -> subprocess.Popen:
     )
 
 
-def stop(settings: Settings) -> bool:
+def stop(settings: Deployment) -> bool:
     """Stop the engine; True if it was running."""
     return processes.stop(settings, NAME)
 
@@ -190,7 +190,7 @@ class Engine(processes.Service):
     rss_mb: int | None = None
 
 
-def status(settings: Settings) -> Engine:
+def status(settings: Deployment) -> Engine:
     """Its process, health, address, master and resident memory."""
     pid = processes.running_pid(settings, NAME)
     try:
@@ -202,7 +202,7 @@ def status(settings: Settings) -> Engine:
     )
 
 
-def watch(settings: Settings) -> str:
+def watch(settings: Deployment) -> str:
     """Restart the engine if it is not running or does not answer; say what was found."""
     if processes.running_pid(settings, NAME) is not None and healthy(settings):
         return "healthy"

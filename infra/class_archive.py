@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra import settings as config
+from infra import deployment as config
 from infra import spark as sparks
 
 

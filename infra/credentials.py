@@ -8,7 +8,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 
 def write_private(path: Path, text: str) -> None:
@@ -21,11 +21,11 @@ def write_private(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-def _path(settings: Settings, name: str) -> Path:
+def _path(settings: Deployment, name: str) -> Path:
     return settings.home / "secrets" / name
 
 
-def kept(settings: Settings, name: str) -> str:
+def kept(settings: Deployment, name: str) -> str:
     """The secret ``name`` kept in ``<home>/secrets/<name>`` (mode 600), generated on first use."""
     path = _path(settings, name)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -37,7 +37,7 @@ def kept(settings: Settings, name: str) -> str:
     return path.read_text().strip()
 
 
-def where(settings: Settings, setting: str, name: str) -> str:
+def where(settings: Deployment, setting: str, name: str) -> str:
     """Where to find a secret without printing it: the setting ``setting`` if set, else the file that
     :func:`kept` keeps it in as ``name``."""
     if getattr(settings, setting):
@@ -45,11 +45,11 @@ def where(settings: Settings, setting: str, name: str) -> str:
     return str(_path(settings, name))
 
 
-def airflow_password(settings: Settings) -> str:
+def airflow_password(settings: Deployment) -> str:
     """The Airflow admin's password: the ``airflow_password`` setting, else generated for this deployment."""
     return settings.airflow_password or kept(settings, "airflow-password")
 
 
-def airflow_password_location(settings: Settings) -> str:
+def airflow_password_location(settings: Deployment) -> str:
     """Where the Airflow admin's password is (:func:`where`)."""
     return where(settings, "airflow_password", "airflow-password")

@@ -18,7 +18,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from infra.settings import REPO
+from infra.deployment import REPO
 
 
 def preload(dags: Path = REPO / "dags") -> None:

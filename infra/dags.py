@@ -14,7 +14,7 @@ from airflow.sdk import Asset
 
 from infra import storage
 from infra.airflow import BATCH_RUNS_IN_FLIGHT, ENGINE_CONNECTION  # noqa: F401 (the DAGs' settings)
-from infra.settings import Settings
+from infra.deployment import Deployment
 from views import tables
 
 #: The team that answers for the DAGs (Airflow's owner column).
@@ -36,7 +36,7 @@ def returned(per_view: Mapping[str, Any]) -> dict[str, dict]:
     return {name: asdict(answer) for name, answer in per_view.items()}
 
 
-def engine(settings: Settings) -> AbstractContextManager:
+def engine(settings: Deployment) -> AbstractContextManager:
     """A session of the batch engine at the address the Airflow Connection holds (infra.spark.engine);
     call within a task."""
     from airflow.sdk import Connection
@@ -53,7 +53,7 @@ def engine(settings: Settings) -> AbstractContextManager:
     return sparks.engine(settings, f"sc://{connection.host}:{connection.port}")
 
 
-def table(settings: Settings, table: tables.Table) -> Asset:
+def table(settings: Deployment, table: tables.Table) -> Asset:
     """A Delta table as an Asset, named by its location (Airflow's default: the URI). Airflow activates an
     Asset only while no active one has its name: under a fixed name, tables moved by the ``storage``
     setting would be inactive Assets until the scheduler next retired the old ones, and a task writing
@@ -64,14 +64,14 @@ def table(settings: Settings, table: tables.Table) -> Asset:
     )
 
 
-def batch_tables(settings: Settings) -> list[Asset]:
+def batch_tables(settings: Deployment) -> list[Asset]:
     """What a batch recompute writes: each view's batch table (one Asset for all its versions, named by
     the first), the ledger, quality results and corrections."""
     batch = [tables.batch(name) for name in settings.views]
     return [table(settings, t) for t in (*batch, tables.SERVING_STATE, tables.QUALITY_RESULTS, tables.CORRECTIONS)]
 
 
-def quality_docs(settings: Settings) -> str:
+def quality_docs(settings: Deployment) -> str:
     """Markdown for a DAG's docs: where the Great Expectations Data Docs of its checks are."""
     return (
         f"\n\n**Data quality.** Each recompute checks raw_events and every view with Great Expectations "

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from views.tables import exists, opened
 
 R = TypeVar("R")
@@ -52,7 +52,7 @@ def _interval(seconds: float) -> str:
     return f"interval {whole // size} {unit}"
 
 
-def retention_properties(settings: Settings) -> dict[str, str]:
+def retention_properties(settings: Deployment) -> dict[str, str]:
     """The table properties that hold the settings' retentions: of removed files and of the log."""
     return {
         "delta.deletedFileRetentionDuration": _interval(settings.vacuum_retention_hours * 3_600),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra import processes
-from infra.settings import JAR_CACHE, Settings
+from infra.deployment import JAR_CACHE, Deployment
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
@@ -51,11 +51,11 @@ class Node:
         return f"{HOST}:{self.port}"
 
 
-def _dir(settings: Settings) -> Path:
+def _dir(settings: Deployment) -> Path:
     return settings.home / "kafka"
 
 
-def nodes(settings: Settings) -> list[Node]:
+def nodes(settings: Deployment) -> list[Node]:
     """The deployment's brokers: ``kafka`` alone (in the home's ``kafka`` folder), or ``kafka-1`` ..
     ``kafka-N`` (each in a folder of that name inside it)."""
     if settings.kafka_brokers == 1:
@@ -66,13 +66,13 @@ def nodes(settings: Settings) -> list[Node]:
     ]
 
 
-def replication(settings: Settings) -> tuple[int, int]:
+def replication(settings: Deployment) -> tuple[int, int]:
     """Every topic's replication factor and min.insync.replicas: (1, 1) on one broker, (3, 2) on three."""
     factor = min(settings.kafka_brokers, 3)
     return factor, max(1, factor - 1)
 
 
-def _server_properties(settings: Settings, node: Node) -> str:
+def _server_properties(settings: Deployment, node: Node) -> str:
     factor, min_isr = replication(settings)
     return "\n".join(
         [
@@ -101,7 +101,7 @@ def _server_properties(settings: Settings, node: Node) -> str:
     )
 
 
-def _java(settings: Settings, main: str, *args: str, heap: str = "256m") -> list[str]:
+def _java(settings: Deployment, main: str, *args: str, heap: str = "256m") -> list[str]:
     return [
         "java",
         f"-Xmx{heap}",
@@ -127,7 +127,7 @@ def _uuid() -> str:
     return uuid
 
 
-def _format_storage(settings: Settings) -> None:
+def _format_storage(settings: Deployment) -> None:
     """Write the configs and format every node's KRaft storage once, with one cluster id and every
     controller in the initial quorum (formatted log dirs are kept)."""
     all_nodes = nodes(settings)
@@ -165,7 +165,7 @@ def _format_storage(settings: Settings) -> None:
         )
 
 
-def healthy(settings: Settings, node: Node) -> bool:
+def healthy(settings: Deployment, node: Node) -> bool:
     """True if ``node`` answers on its port and the cluster counts it among its live (unfenced) brokers."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
@@ -209,7 +209,7 @@ class Cluster:
         object.__setattr__(self, "healthy", all(broker.healthy for broker in self.brokers))
 
 
-def status(settings: Settings) -> Cluster:
+def status(settings: Deployment) -> Cluster:
     """Each broker's process, address and health."""
     return Cluster(
         settings.kafka_bootstrap,
@@ -220,7 +220,7 @@ def status(settings: Settings) -> Cluster:
     )
 
 
-def start(settings: Settings, timeout: float = 90) -> None:
+def start(settings: Deployment, timeout: float = 90) -> None:
     """Start the brokers not running (a no-op if all run), wait until each is healthy, and create the topics."""
     stopped = [node for node in nodes(settings) if processes.running_pid(settings, node.name) is None]
     for node in stopped:
@@ -243,18 +243,18 @@ def start(settings: Settings, timeout: float = 90) -> None:
     ensure_topics(settings)
 
 
-def _running(settings: Settings, name: str) -> bool:
+def _running(settings: Deployment, name: str) -> bool:
     return processes.running_pid(settings, name) is not None
 
 
-def stop(settings: Settings) -> bool:
+def stop(settings: Deployment) -> bool:
     """Stop every broker, all at once (one by one, the last would wait for a quorum gone); True if one ran."""
     all_nodes = nodes(settings)
     with ThreadPoolExecutor(len(all_nodes)) as pool:
         return any(list(pool.map(lambda node: processes.stop(settings, node.name), all_nodes)))
 
 
-def ensure_topics(settings: Settings) -> None:
+def ensure_topics(settings: Deployment) -> None:
     """Create the domain's events topic and its dimensions' compacted changelog topics if missing, each
     replicated on as many brokers as :func:`replication` says."""
     from kafka import KafkaAdminClient
@@ -280,17 +280,17 @@ def ensure_topics(settings: Settings) -> None:
         admin.close()
 
 
-def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
+def end_offsets(settings: Deployment, topic: str) -> dict[int, int]:
     """Kafka's end offset (the next to be written) of each partition of ``topic``."""
     return _offsets(settings, topic, end=True)
 
 
-def beginning_offsets(settings: Settings, topic: str) -> dict[int, int]:
+def beginning_offsets(settings: Deployment, topic: str) -> dict[int, int]:
     """The oldest offset Kafka still holds in each partition of ``topic`` (retention moves it on)."""
     return _offsets(settings, topic, end=False)
 
 
-def _offsets(settings: Settings, topic: str, end: bool) -> dict[int, int]:
+def _offsets(settings: Deployment, topic: str, end: bool) -> dict[int, int]:
     offsets = Offsets(settings, topic)
     try:
         return {int(p): o for p, o in offsets.fetch(oldest=not end).items()}
@@ -302,7 +302,7 @@ class Offsets:
     """A topic's offsets, read from the broker whenever asked through one consumer kept open (it joins
     no group and reads no record)."""
 
-    def __init__(self, settings: Settings, topic: str, timeout_ms: int = 3000):
+    def __init__(self, settings: Deployment, topic: str, timeout_ms: int = 3000):
         self._settings, self._topic, self._timeout_ms = settings, topic, timeout_ms
         self._consumer: KafkaConsumer | None = None
 

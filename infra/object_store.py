@@ -14,7 +14,7 @@ import requests
 import s3fs
 
 from infra import credentials, processes
-from infra.settings import JAR_CACHE, Settings
+from infra.deployment import JAR_CACHE, Deployment
 
 NAME = "s3proxy"
 #: S3Proxy signs like S3 and needs a region; any name does.
@@ -66,7 +66,7 @@ class LocalS3:
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
-    def start(self, settings: Settings, timeout: float = 60) -> None:
+    def start(self, settings: Deployment, timeout: float = 60) -> None:
         """Start S3Proxy (no-op if it runs), its objects kept in ``<home>/s3proxy/objects``."""
         if processes.running_pid(settings, NAME) is None:
             processes.require_free(self.port, "S3Proxy")
@@ -132,5 +132,5 @@ class LocalS3:
             store.call_s3("create_bucket", Bucket=name)
         return f"s3a://{name}"
 
-    def stop(self, settings: Settings) -> bool:
+    def stop(self, settings: Deployment) -> bool:
         return processes.stop(settings, NAME)

@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 
 from infra import credentials, processes
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 NAME = "airflow-postgres"
 #: Airflow's role and database in the cluster.
@@ -34,25 +34,25 @@ ROLE = DATABASE = "airflow"
 DEBIAN_PROGRAMS = Path("/usr/lib/postgresql")
 
 
-def _folder(settings: Settings) -> Path:
+def _folder(settings: Deployment) -> Path:
     return settings.home / "postgres"
 
 
-def data(settings: Settings) -> Path:
+def data(settings: Deployment) -> Path:
     """The cluster's data directory."""
     return _folder(settings) / "data"
 
 
-def _password(settings: Settings) -> str:
+def _password(settings: Deployment) -> str:
     return credentials.kept(settings, "airflow-db-password")
 
 
-def url(settings: Settings) -> str:
+def url(settings: Deployment) -> str:
     """Airflow's SQLAlchemy URL of the database (psycopg 3, which serves its sync and async engines alike)."""
     return f"postgresql+psycopg://{ROLE}:{_password(settings)}@127.0.0.1:{settings.airflow_database_port}/{DATABASE}"
 
 
-def _program(settings: Settings, name: str) -> str:
+def _program(settings: Deployment, name: str) -> str:
     """``name`` of the PostgreSQL that made the cluster (a newer major version cannot read its files), or
     of the newest that Debian's packages installed for a cluster still to make."""
     made = data(settings) / "PG_VERSION"
@@ -85,7 +85,7 @@ def _owner() -> dict:
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
-def _run(settings: Settings, owner: dict, program: str, *args: str) -> None:
+def _run(settings: Deployment, owner: dict, program: str, *args: str) -> None:
     """Run a PostgreSQL program as the cluster's owner, its output in the cluster's log."""
     log = processes.log_file(settings, NAME)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def _run(settings: Settings, owner: dict, program: str, *args: str) -> None:
         raise processes.ServiceError(f"PostgreSQL's {program} failed (exit {done.returncode}){processes.log_tail(log)}")
 
 
-def _initdb(settings: Settings, owner: dict) -> None:
+def _initdb(settings: Deployment, owner: dict) -> None:
     """Make the cluster, its superuser ``airflow`` logging in with the deployment's password."""
     folder = _folder(settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,7 @@ def _initdb(settings: Settings, owner: dict) -> None:
         secret.unlink(missing_ok=True)
 
 
-def _connect(settings: Settings, database: str) -> psycopg.Connection:
+def _connect(settings: Deployment, database: str) -> psycopg.Connection:
     return psycopg.connect(
         host="127.0.0.1",
         port=settings.airflow_database_port,
@@ -147,7 +147,7 @@ def _connect(settings: Settings, database: str) -> psycopg.Connection:
     )
 
 
-def healthy(settings: Settings, database: str = DATABASE) -> bool:
+def healthy(settings: Deployment, database: str = DATABASE) -> bool:
     """Whether ``database`` takes Airflow's login."""
     try:
         with _connect(settings, database):
@@ -156,7 +156,7 @@ def healthy(settings: Settings, database: str = DATABASE) -> bool:
         return False
 
 
-def start(settings: Settings, timeout: float = 60) -> None:
+def start(settings: Deployment, timeout: float = 60) -> None:
     """Start the cluster (made on first start; no-op if it runs) and wait until Airflow's database takes
     logins (made if missing)."""
     if processes.running_pid(settings, NAME) is None:
@@ -193,7 +193,7 @@ def start(settings: Settings, timeout: float = 60) -> None:
             cluster.execute(f"CREATE DATABASE {DATABASE}")
 
 
-def stop(settings: Settings) -> bool:
+def stop(settings: Deployment) -> bool:
     """Stop the cluster with a fast shutdown (sessions ended, a checkpoint written); True if it was running."""
     if processes.running_pid(settings, NAME) is None:
         return False
@@ -204,7 +204,7 @@ def stop(settings: Settings) -> bool:
     return True
 
 
-def status(settings: Settings) -> processes.Service:
+def status(settings: Deployment) -> processes.Service:
     """Its process, health and address (without the password)."""
     pid = processes.running_pid(settings, NAME)
     return processes.Service(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import psutil
 import tenacity
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 T = TypeVar("T")
 #: Where a long operation reports its progress, a line at a time (``print`` by default).
@@ -46,15 +46,15 @@ def parse_utc(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def pid_file(settings: Settings, name: str) -> Path:
+def pid_file(settings: Deployment, name: str) -> Path:
     return settings.run / f"{name}.pid"
 
 
-def log_file(settings: Settings, name: str) -> Path:
+def log_file(settings: Deployment, name: str) -> Path:
     return settings.logs / f"{name}.log"
 
 
-def running_pid(settings: Settings, name: str) -> int | None:
+def running_pid(settings: Deployment, name: str) -> int | None:
     """The pid of service ``name`` if its process is alive, else None: then the stale pid file is
     removed, and whatever the dead process's group left running (:func:`_left_behind`) is killed."""
     path = pid_file(settings, name)
@@ -128,7 +128,7 @@ def require_free(port: int, purpose: str) -> None:
 
 
 def start(
-    settings: Settings,
+    settings: Deployment,
     name: str,
     argv: Sequence[str],
     env: dict | None = None,
@@ -204,7 +204,7 @@ def log_tail(log: Path | None, lines: int = 15) -> str:
     return f"; last lines of {log}:\n  " + "\n  ".join(text)
 
 
-def stop(settings: Settings, name: str, timeout: float = 30) -> bool:
+def stop(settings: Deployment, name: str, timeout: float = 30) -> bool:
     """Stop service ``name`` and every process of its group; True if something was running."""
     pid = running_pid(settings, name)
     if pid is None:

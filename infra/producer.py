@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ DELIVERY_TIMEOUT_MS = 60_000
 FLUSH_EVERY = 20_000
 
 
-def _producer(settings: Settings):
+def _producer(settings: Deployment):
     """An idempotent producer that waits for every in-sync replica (``acks=all``): with a cluster's
     min.insync.replicas 2, an acknowledged record is on two brokers, and resends add no copies."""
     from kafka import KafkaProducer
@@ -58,7 +58,7 @@ def _producer(settings: Settings):
 
 
 def publish(
-    settings: Settings, messages: Iterable[tuple[bytes | None, bytes | None, int | None]], topic: str | None = None
+    settings: Deployment, messages: Iterable[tuple[bytes | None, bytes | None, int | None]], topic: str | None = None
 ) -> list[Exception | None]:
     """Send (key, value, timestamp in ms or None for now) triples to ``topic`` (default: the events
     topic); per record, in order, None if Kafka acknowledged it, else why not. A broker that cannot be
@@ -86,7 +86,7 @@ def publish(
     return [s if isinstance(s, Exception) else None if s.succeeded() else s.exception for s in sent]
 
 
-def acknowledged(settings: Settings, errors: list[Exception | None], topic: str) -> int:
+def acknowledged(settings: Deployment, errors: list[Exception | None], topic: str) -> int:
     """How many records Kafka acknowledged, given :func:`publish`'s answer; if it did not acknowledge them
     all, raises ValueError saying how many it did not, and why (one line)."""
     failed = [error for error in errors if error is not None]
@@ -98,7 +98,7 @@ def acknowledged(settings: Settings, errors: list[Exception | None], topic: str)
     return len(errors)
 
 
-def send(settings: Settings, records: Iterable[Record], paced_from: datetime | None = None) -> int:
+def send(settings: Deployment, records: Iterable[Record], paced_from: datetime | None = None) -> int:
     """Send ``records`` to the events topic; with ``paced_from``, each at its ``send_at`` in real time
     (``paced_from`` maps to now). Returns how many Kafka acknowledged: all (:func:`acknowledged`)."""
 
@@ -114,7 +114,7 @@ def send(settings: Settings, records: Iterable[Record], paced_from: datetime | N
     return acknowledged(settings, publish(settings, paced()), settings.topic)
 
 
-def send_changelog(settings: Settings, records: Iterable[Record], topic: str) -> int:
+def send_changelog(settings: Deployment, records: Iterable[Record], topic: str) -> int:
     """Send a dimension's changelog records to its ``topic``, stamped with their ``send_at`` (a
     deletion takes effect then). Returns how many Kafka acknowledged: all (:func:`acknowledged`)."""
     messages = ((r.key, r.value, int(r.send_at.timestamp() * 1000)) for r in records)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from infra import airflow, batch_engine, kafka, processes, spark_cluster, speed_report
-from infra.settings import REPO, Settings
+from infra.deployment import REPO, Deployment
 from infra.speed_report import Health
 from views import timebase
 
@@ -19,19 +19,19 @@ SERVING = "serving-api"
 HISTORY_DAYS = 3
 
 
-def last_speed_health(settings: Settings) -> Health | None:
+def last_speed_health(settings: Deployment) -> Health | None:
     """The speed layer's last health report, whether or not it still runs."""
     return speed_report.read(settings.speed_health_file)
 
 
-def speed_health(settings: Settings) -> Health | None:
+def speed_health(settings: Deployment) -> Health | None:
     """The speed layer's health report, if its process runs."""
     pid = processes.running_pid(settings, SPEED)
     report = last_speed_health(settings)
     return report if pid is not None and report and report.pid == pid else None
 
 
-def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bool = False) -> None:
+def start_speed(settings: Deployment, timeout: float = 180, resume_from_tables: bool = False) -> None:
     """Start the speed layer's process (no-op if it runs) and wait until its queries are active.
 
     ``resume_from_tables`` goes on after the offsets already landed when the landing checkpoint is lost.
@@ -60,7 +60,7 @@ def start_speed(settings: Settings, timeout: float = 180, resume_from_tables: bo
     )
 
 
-def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
+def wait_for_landing(settings: Deployment, timeout: float = 300) -> int:
     """Wait until the speed layer has processed everything Kafka holds now; the record count."""
     target = kafka.end_offsets(settings, settings.topic)
 
@@ -80,18 +80,18 @@ def wait_for_landing(settings: Settings, timeout: float = 300) -> int:
     )
 
 
-def stop_speed(settings: Settings, hold: bool = False) -> bool:
+def stop_speed(settings: Deployment, hold: bool = False) -> bool:
     """Stop the speed layer; ``hold`` also keeps the watchdog from restarting it until the next start."""
     if hold:
         _held(settings).touch()
     return processes.stop(settings, SPEED, timeout=60)
 
 
-def _held(settings: Settings):
+def _held(settings: Deployment):
     return settings.run / "speed-layer.held"
 
 
-def speed_problem(settings: Settings, now: float | None = None) -> str | None:
+def speed_problem(settings: Deployment, now: float | None = None) -> str | None:
     """Why the speed layer needs a restart (dead, stalled or failed), or None if it is fine."""
     if processes.running_pid(settings, SPEED) is None:
         return "the speed layer is not running"
@@ -111,7 +111,7 @@ def speed_problem(settings: Settings, now: float | None = None) -> str | None:
     return None
 
 
-def watch_speed(settings: Settings) -> str:
+def watch_speed(settings: Deployment) -> str:
     """Restart a dead, stalled or failed speed layer (unless held by `lambdalake speed stop`)."""
     if _held(settings).exists():
         return "held: stopped on purpose by `lambdalake speed stop`"
@@ -123,7 +123,7 @@ def watch_speed(settings: Settings) -> str:
     return f"restarted: {problem}"
 
 
-def serving_healthy(settings: Settings) -> bool:
+def serving_healthy(settings: Deployment) -> bool:
     """Whether the HTTP API answers on its port."""
     import requests
 
@@ -133,7 +133,7 @@ def serving_healthy(settings: Settings) -> bool:
         return False
 
 
-def start_serving(settings: Settings, timeout: float = 60) -> None:
+def start_serving(settings: Deployment, timeout: float = 60) -> None:
     """Start the HTTP API and dashboard (`lambdalake serve`; no-op if it runs) and wait until it answers."""
     if processes.running_pid(settings, SERVING) is None:
         processes.require_free(settings.serve_port, "serving API")
@@ -153,7 +153,7 @@ def start_serving(settings: Settings, timeout: float = 60) -> None:
     )
 
 
-def start_airflow(settings: Settings) -> None:
+def start_airflow(settings: Deployment) -> None:
     """Start Airflow and point its ``spark_connect`` Connection at the batch engine."""
     airflow.start(settings)
     airflow.AirflowClient(settings).set_connection(
@@ -161,7 +161,7 @@ def start_airflow(settings: Settings) -> None:
     )
 
 
-def up(settings: Settings, say: processes.Say = print, schedule: bool = True) -> Settings:
+def up(settings: Deployment, say: processes.Say = print, schedule: bool = True) -> Deployment:
     """Start everything and (``schedule``) turn every DAG on; starting twice is harmless. Returns the
     settings (with the batch start date)."""
     if settings.batch_start_date is None:
@@ -186,7 +186,7 @@ def up(settings: Settings, say: processes.Say = print, schedule: bool = True) ->
     return settings
 
 
-def down(settings: Settings, purge: bool = False) -> list[str]:
+def down(settings: Deployment, purge: bool = False) -> list[str]:
     """Stop everything (the speed layer first, Kafka last); ``purge`` deletes the whole home."""
     stopped = [
         name
@@ -236,7 +236,7 @@ class Status:
     spark: Spark
 
 
-def status(settings: Settings) -> Status:
+def status(settings: Deployment) -> Status:
     """What runs where, and whether it is healthy."""
     problem = speed_problem(settings)
     standalone = settings.spark_master == "standalone"

@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from infra import credentials
-from infra.settings import JAR_CACHE, Settings
+from infra.deployment import JAR_CACHE, Deployment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,7 +79,7 @@ CLUSTER_SHARE = {
 }
 
 
-def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str]:
+def conf(settings: Deployment, master: str, engine: bool = False) -> dict[str, str]:
     """Every Spark setting of a lambdalake application on ``master``, or of the batch engine if
     ``engine`` (the deployment's ``spark_conf`` last)."""
     tmp = settings.home / "tmp" / "spark"
@@ -141,12 +141,12 @@ def conf(settings: Settings, master: str, engine: bool = False) -> dict[str, str
     }
 
 
-#: Settings that hold a credential (an object store's keys, a password, a token): they reach Spark in a
+#: Deployment that hold a credential (an object store's keys, a password, a token): they reach Spark in a
 #: file of the owner's alone (:func:`launch`), never on a command line, where ``ps`` shows them to everyone.
 SECRET = re.compile(r"key$|secret|password|token", re.IGNORECASE)
 
 
-def launch(settings: Settings, conf: dict[str, str], name: str) -> tuple[dict[str, str], list[str]]:
+def launch(settings: Deployment, conf: dict[str, str], name: str) -> tuple[dict[str, str], list[str]]:
     """Split ``conf`` for a JVM's launch: the settings to pass as ``--conf``, and ``spark-submit``'s
     arguments that load the secret ones (:data:`SECRET`) from ``<home>/run/<name>.properties``, mode 600."""
     secret = {key: value for key, value in conf.items() if SECRET.search(key)}
@@ -162,7 +162,7 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+def session(settings: Deployment, app_name: str, master: str | None = None) -> SparkSession:
     """Get or create the process's SparkSession for ``settings`` (on ``master``, default the
     ``spark_master`` setting's)."""
     from pyspark.sql import SparkSession
@@ -194,7 +194,7 @@ def answers(url: str) -> bool:
 
 
 @contextmanager
-def engine(settings: Settings, url: str | None = None) -> Iterator:
+def engine(settings: Deployment, url: str | None = None) -> Iterator:
     """A Spark Connect session of the batch engine at ``url`` (default: the settings' engine), closed
     when the block ends. Raises :class:`EngineError` in one line if the engine does not answer, or
     stops answering while the block runs (the work is then left undone, never half-committed: each

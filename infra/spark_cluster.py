@@ -10,7 +10,7 @@ from pathlib import Path
 import requests
 
 from infra import processes
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 MASTER = "spark-master"
 WORKERS = ("spark-worker-1", "spark-worker-2")
@@ -25,7 +25,7 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def _launch(settings: Settings, name: str, main: str, *args: str) -> None:
+def _launch(settings: Deployment, name: str, main: str, *args: str) -> None:
     env = {
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -35,7 +35,7 @@ def _launch(settings: Settings, name: str, main: str, *args: str) -> None:
     processes.start(settings, name, [str(spark_home() / "bin" / "spark-class"), main, *args], env=env)
 
 
-def _state(settings: Settings) -> dict | None:
+def _state(settings: Deployment) -> dict | None:
     """The master's own report (its web UI's JSON); None if it does not answer."""
     try:
         return requests.get(f"http://127.0.0.1:{settings.spark_ui_port}/json/", timeout=2).json()
@@ -43,19 +43,19 @@ def _state(settings: Settings) -> dict | None:
         return None
 
 
-def alive_workers(settings: Settings) -> int | None:
+def alive_workers(settings: Deployment) -> int | None:
     """How many workers the master counts alive; None if the master does not answer."""
     state = _state(settings)
     return None if state is None else sum(worker.get("state") == "ALIVE" for worker in state.get("workers", []))
 
 
-def applications(settings: Settings) -> list[str]:
+def applications(settings: Deployment) -> list[str]:
     """The names of the applications that ran or run on the cluster."""
     state = _state(settings) or {}
     return [app["name"] for key in ("activeapps", "completedapps") for app in state.get(key, [])]
 
 
-def start(settings: Settings, timeout: float = 90) -> None:
+def start(settings: Deployment, timeout: float = 90) -> None:
     """Start the master and the workers (no-op for those that run) and wait until both workers are alive."""
     if processes.running_pid(settings, MASTER) is None:
         processes.require_free(settings.spark_master_port, "Spark master")
@@ -103,6 +103,6 @@ def start(settings: Settings, timeout: float = 90) -> None:
     )
 
 
-def stop(settings: Settings) -> bool:
+def stop(settings: Deployment) -> bool:
     """Stop the workers, then the master; True if something was running."""
     return any([processes.stop(settings, name) for name in (*WORKERS, MASTER)])

@@ -10,7 +10,7 @@ from datetime import date, datetime
 
 import pyarrow as pa
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from views import tables
 
 
@@ -24,13 +24,13 @@ class Entry:
     computed_at: datetime
 
 
-def entries(settings: Settings) -> list[Entry]:
+def entries(settings: Deployment) -> list[Entry]:
     """Every entry of the ledger now (none if batch never made a day final)."""
     found = tables.SERVING_STATE.rows(settings)
     return [] if found is None else [Entry(**row) for row in found.to_pylist()]
 
 
-def final_days(settings: Settings) -> dict[str, set[date]]:
+def final_days(settings: Deployment) -> dict[str, set[date]]:
     """Per view with any, the days the ledger records final."""
     days: dict[str, set[date]] = {}
     for entry in entries(settings):
@@ -38,7 +38,7 @@ def final_days(settings: Settings) -> dict[str, set[date]]:
     return days
 
 
-def record(settings: Settings, days: dict[str, dict[date, int]], at: datetime) -> None:
+def record(settings: Deployment, days: dict[str, dict[date, int]], at: datetime) -> None:
     """Record each view's days (view -> day -> rows) final, computed ``at``; one commit."""
     from infra.delta import upsert
 

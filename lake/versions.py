@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from infra import storage
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger
 from views import tables, timebase
 
@@ -79,7 +79,7 @@ def label(table: str) -> str:
     return table.partition("@")[2] or INITIAL
 
 
-def pointers(settings: Settings, rows: pa.Table | None = None) -> dict[str, Pointer]:
+def pointers(settings: Deployment, rows: pa.Table | None = None) -> dict[str, Pointer]:
     """The pointer of each switched view, from ``rows`` (a version of the pointer table already read)
     or else from the table now."""
     rows = tables.SERVING_VERSIONS.rows(settings) if rows is None else rows
@@ -90,18 +90,18 @@ def _serving(rows: dict[str, Pointer], view: str) -> str:
     return rows[view].table if view in rows else tables.batch(view).name
 
 
-def serving(settings: Settings, views: Iterable[str], rows: dict[str, Pointer] | None = None) -> dict[str, str]:
+def serving(settings: Deployment, views: Iterable[str], rows: dict[str, Pointer] | None = None) -> dict[str, str]:
     """The path of the table serving each of ``views``, by the pointer rows ``rows`` (default: read now)."""
     rows = pointers(settings) if rows is None else rows
     return {view: settings.table(_serving(rows, view)) for view in views}
 
 
-def current(settings: Settings, view: str) -> str:
+def current(settings: Deployment, view: str) -> str:
     """The path of the table serving ``view`` now: where its batch rows are read and written."""
     return serving(settings, [view])[view]
 
 
-def describe(settings: Settings, views: Iterable[str]) -> dict[str, Version]:
+def describe(settings: Deployment, views: Iterable[str]) -> dict[str, Version]:
     """Per view, the version serving it, since when, and the one it can be switched back to."""
     rows = pointers(settings)
     described = {}
@@ -115,7 +115,7 @@ def describe(settings: Settings, views: Iterable[str]) -> dict[str, Version]:
     return described
 
 
-def check_label(settings: Settings, views: Iterable[str], new: str) -> None:
+def check_label(settings: Deployment, views: Iterable[str], new: str) -> None:
     """Refuse a label that breaks :data:`LABEL`, or that names a version serving one of ``views`` or kept
     to switch back to. (Any other table of that label, left by a failed attempt, is built again.)"""
     if not isinstance(new, str) or not re.fullmatch(LABEL, new) or new == INITIAL:
@@ -137,13 +137,13 @@ def _version(path: str) -> int | None:
     return None if table is None else table.version()
 
 
-def snapshot(settings: Settings, views: Iterable[str]) -> dict[str, tuple[str, int | None]]:
+def snapshot(settings: Deployment, views: Iterable[str]) -> dict[str, tuple[str, int | None]]:
     """Each view's serving table and its Delta version (None: no table yet): what a switch builds on."""
     rows = pointers(settings)
     return {view: (_serving(rows, view), _version(settings.table(_serving(rows, view)))) for view in views}
 
 
-def _write(settings: Settings, rows: list[Pointer]) -> None:
+def _write(settings: Deployment, rows: list[Pointer]) -> None:
     """Upsert pointers, all in one commit."""
     from infra.delta import upsert
 
@@ -156,7 +156,7 @@ def _write(settings: Settings, rows: list[Pointer]) -> None:
 
 
 def switch(
-    settings: Settings, tables: dict[str, str], at: datetime, based_on: dict[str, tuple[str, int | None]]
+    settings: Deployment, tables: dict[str, str], at: datetime, based_on: dict[str, tuple[str, int | None]]
 ) -> None:
     """Serve each view of ``tables`` from the table named there, all in one commit; the tables they
     replace become their previous versions. ``based_on`` is the :func:`snapshot` the new tables were
@@ -177,7 +177,7 @@ def switch(
     )
 
 
-def require_serving(settings: Settings, view: str, path: str) -> None:
+def require_serving(settings: Deployment, view: str, path: str) -> None:
     """Raise :class:`Conflict` unless ``path`` still serves ``view`` (a recompute checks this after writing
     its rows and before recording its days final: a switch in between would leave them unserved)."""
     if current(settings, view) != path:
@@ -187,12 +187,12 @@ def require_serving(settings: Settings, view: str, path: str) -> None:
         )
 
 
-def _changed_days(settings: Settings, view: str, since: datetime) -> list[date]:
+def _changed_days(settings: Deployment, view: str, since: datetime) -> list[date]:
     """The days of ``view`` the ledger records computed at or after ``since``."""
     return sorted(entry.day for entry in ledger.entries(settings) if entry.view == view and entry.computed_at >= since)
 
 
-def _carry(settings: Settings, view: str, source: str, target: str, days: list[date]) -> None:
+def _carry(settings: Deployment, view: str, source: str, target: str, days: list[date]) -> None:
     """Replace the rows of ``days`` in table ``target`` by those in ``source``."""
     rows, into = DeltaTable(settings.table(source)).to_pyarrow_dataset(), DeltaTable(settings.table(target))
     if rows.schema.names != [field.name for field in into.schema().fields]:
@@ -211,7 +211,7 @@ def _carry(settings: Settings, view: str, source: str, target: str, days: list[d
         )
 
 
-def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedBack]:
+def switch_back(settings: Deployment, views: Iterable[str]) -> dict[str, SwitchedBack]:
     """Serve each of ``views`` from its previous version again, all in one commit (and the version left
     becomes the previous one). The days the version being left made final or recomputed since it was
     switched to are first copied into the previous version, so it lacks no final day. Per view, the
@@ -234,7 +234,7 @@ def switch_back(settings: Settings, views: Iterable[str]) -> dict[str, SwitchedB
     return {v: SwitchedBack(label(back[v]), timebase.spans(carried[v])) for v in views}
 
 
-def retire(settings: Settings) -> list[str]:
+def retire(settings: Deployment) -> list[str]:
     """Delete the versions that serve no view and may not be switched back to: a previous version is kept
     ``version_retention_days`` after the switch away from it (then its pointer is cleared, first); any
     other version not serving (a failed reprocess's, one replaced twice) once it was not written for as

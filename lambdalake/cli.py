@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from infra import credentials, processes
-from infra import settings as config
+from infra import deployment as config
 
 
 class Parser(argparse.ArgumentParser):

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 
 from domains.sample import counts
 from infra import airflow, credentials, kafka, producer, services
-from infra import settings as config
+from infra import deployment as config
+from infra.deployment import REPO, Deployment
 from infra.processes import Say
-from infra.settings import REPO, Settings
 from serving_layer import engine
 from views import DEFAULT_DOMAIN, domain, generator, tables, timebase
 
@@ -27,7 +27,7 @@ PER_DAY = 3000
 LIVE_RATE, LIVE_SECONDS = 20, 60
 
 
-def run_batch(settings: Settings, say: Say) -> dict[str, str]:
+def run_batch(settings: Deployment, say: Say) -> dict[str, str]:
     """Turn every DAG on and let the scheduler catch the nightly DAG up to yesterday; on a deployment
     whose past days were batched already (an earlier demo), backfill them again with the new history."""
     client = airflow.AirflowClient(settings)
@@ -45,7 +45,7 @@ def run_batch(settings: Settings, say: Say) -> dict[str, str]:
     return client.wait_for_runs(DAG, earlier + days, timeout=180 * days)
 
 
-def report(settings: Settings) -> str:
+def report(settings: Deployment) -> str:
     """Every view's rows per source and its final days, a few merged rows, lag and counts."""
     lines = []
 
@@ -94,7 +94,7 @@ def report(settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def deployment(domain_name: str | None) -> Settings:
+def deployment(domain_name: str | None) -> Deployment:
     """The deployment to demonstrate ``domain_name`` in (default: the home's own domain)."""
     if domain_name and domain_name != DEFAULT_DOMAIN and not os.environ.get("LAMBDALAKE_HOME"):
         os.environ["LAMBDALAKE_HOME"] = str(REPO / f".lambdalake-{domain_name}")

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import settings
+from infra import deployment as config
 from infra import spark as sparks
 from infra.producer import Record
 from views import compile, events
@@ -69,7 +69,7 @@ def _event(number: int, kind: str, hour: int, **fields) -> Record:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    deployment = settings.load(tmp_path_factory.mktemp("home")).with_overrides(domain=str(FOLDER))
+    deployment = config.load(tmp_path_factory.mktemp("home")).with_overrides(domain=str(FOLDER))
     session = sparks.session(deployment, "{name}-test")
     yield deployment, session
     session.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 
 from infra import credentials
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 
 def is_loopback(host: str) -> bool:
@@ -16,7 +16,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def token(settings: Settings, host: str) -> str | None:
+def token(settings: Deployment, host: str) -> str | None:
     """The token requests must carry: ``serve_token`` if set; else, off loopback, one generated once and
     kept in ``<home>/secrets/serve-token`` (mode 600); else none."""
     if settings.serve_token or is_loopback(host):

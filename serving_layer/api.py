@@ -29,8 +29,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from infra import credentials
+from infra.deployment import Deployment
 from infra.processes import Say
-from infra.settings import Settings
 from serving_layer import catalog, client, engine
 from serving_layer.access import token
 from serving_layer.sandbox import QueryError
@@ -62,7 +62,7 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def deployment(request: Request) -> Settings:
+def deployment(request: Request) -> Deployment:
     """The deployment the app serves (a dependency of every route that reads its data)."""
     return request.app.state.settings
 
@@ -74,14 +74,14 @@ def authorized(request: Request) -> None:
         raise HTTPException(401, "missing or wrong token: send the header Authorization: Bearer <token>")
 
 
-Deployment = Annotated[Settings, Depends(deployment)]
+Served = Annotated[Deployment, Depends(deployment)]
 #: The routes of the deployment's data: each needs the token when the app requires one.
 data = APIRouter(dependencies=[Depends(authorized)])
 #: What is the same in every deployment: the dashboard's page and scripts.
 pages = APIRouter(include_in_schema=False)
 
 
-def _run(settings: Settings, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+def _run(settings: Deployment, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
     """``sql`` through the serving engine; an analyst's mistake is a 400 in one line."""
     try:
         return engine.query(settings, sql, params)
@@ -100,7 +100,7 @@ def plotly() -> Response:
 
 
 @data.get("/views", summary="The declared views, with their final and provisional days")
-def views(settings: Deployment) -> list[catalog.ViewInfo]:
+def views(settings: Served) -> list[catalog.ViewInfo]:
     return catalog.views(settings)
 
 
@@ -110,7 +110,7 @@ def views(settings: Deployment) -> list[catalog.ViewInfo]:
     summary="A view's merged rows (key filters as query parameters, e.g. ?page=/home)",
 )
 def view_rows(
-    settings: Deployment,
+    settings: Served,
     request: Request,
     name: str,
     start: datetime | None = None,
@@ -155,12 +155,12 @@ def view_rows(
 
 
 @data.post("/query", response_model=client.Rows, summary="One sandboxed SELECT over the views")
-def query(settings: Deployment, body: Sql) -> client.Rows:
+def query(settings: Served, body: Sql) -> client.Rows:
     return client.sent(*_run(settings, body.sql))
 
 
 @data.get("/health", summary="Speed layer, dead letters, and each view's days")
-def health(settings: Deployment) -> catalog.Health:
+def health(settings: Served) -> catalog.Health:
     return catalog.health(settings)
 
 
@@ -169,7 +169,7 @@ def failed(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=500)
 
 
-def create(settings: Settings, required_token: str | None = None) -> FastAPI:
+def create(settings: Deployment, required_token: str | None = None) -> FastAPI:
     """The API and dashboard over ``settings``' deployment; requests need ``required_token`` if given."""
     app = FastAPI(title="lambdalake", description=__doc__, docs_url=None, redoc_url=None)
     app.state.settings, app.state.token = settings, required_token
@@ -180,7 +180,7 @@ def create(settings: Settings, required_token: str | None = None) -> FastAPI:
     return app
 
 
-def serve(settings: Settings, host: str, port: int, say: Say = print) -> None:
+def serve(settings: Deployment, host: str, port: int, say: Say = print) -> None:
     """Serve the API and dashboard on ``host:port`` until interrupted."""
     import uvicorn
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from infra import batch_engine, services
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import versions
 from serving_layer import engine
 from serving_layer.sandbox import QueryError
@@ -130,7 +130,7 @@ class Health(BaseModel):
     views: dict[str, ViewHealth]
 
 
-def views(settings: Settings) -> list[ViewInfo]:
+def views(settings: Deployment) -> list[ViewInfo]:
     """Every declared view (:class:`ViewInfo`)."""
     days = engine.finality(settings)
     declared = settings.views
@@ -158,7 +158,7 @@ def views(settings: Settings) -> list[ViewInfo]:
     ]
 
 
-def rows(settings: Settings, table: str, sql: str) -> list[dict]:
+def rows(settings: Deployment, table: str, sql: str) -> list[dict]:
     """Rows of ``sql``, a query of the view or table ``table``, through the serving engine as dicts; none
     if ``table`` has no data yet. A query that fails raises :class:`QueryError` naming ``table``: an error
     never reads as no rows."""
@@ -171,7 +171,7 @@ def rows(settings: Settings, table: str, sql: str) -> list[dict]:
     return [dict(zip(columns, row, strict=True)) for row in found]
 
 
-def quality(settings: Settings) -> Quality:
+def quality(settings: Deployment) -> Quality:
     """Where the Great Expectations Data Docs are, and each suite's last check."""
 
     last = rows(
@@ -187,7 +187,7 @@ def quality(settings: Settings) -> Quality:
     return Quality(data_docs=str(settings.data_docs), suites={r.pop("suite"): SuiteCheck(**r) for r in last})
 
 
-def corrections(settings: Settings) -> list[Correction]:
+def corrections(settings: Deployment) -> list[Correction]:
     """Per view, how far its provisional speed rows were off when batch made days final: the last
     report (windows added, removed, changed; each measure's difference) and, over every report, each
     measure's mean relative difference."""
@@ -205,7 +205,7 @@ def corrections(settings: Settings) -> list[Correction]:
     ]
 
 
-def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
+def _last_commit(settings: Deployment, table: tables.Table) -> datetime | None:
     """When ``table`` was last written (its newest Delta commit), if it exists."""
     opened = table.opened(settings)
     if opened is None:
@@ -214,7 +214,7 @@ def _last_commit(settings: Settings, table: tables.Table) -> datetime | None:
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 
-def health(settings: Settings) -> Health:
+def health(settings: Deployment) -> Health:
     """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
     written, dead letters, and per view its final and provisional days, late events, newest window and
     last data-quality check."""

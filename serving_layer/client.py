@@ -7,8 +7,8 @@ import requests
 from pydantic import BaseModel, TypeAdapter
 
 from infra import processes
+from infra.deployment import Deployment
 from infra.services import SERVING
-from infra.settings import Settings
 from serving_layer.access import token
 
 
@@ -28,7 +28,7 @@ def sent(columns: list[str], rows: list[tuple]) -> Rows:
     return Rows(columns=columns, rows=_ROWS.dump_python([list(row) for row in rows], mode="json"))
 
 
-def query(settings: Settings, sql: str) -> Rows | None:
+def query(settings: Deployment, sql: str) -> Rows | None:
     """``sql`` answered by this deployment's running API, or None if it is not running or does not
     answer; a query it refuses raises ``QueryError`` with the API's one line."""
     if processes.running_pid(settings, SERVING) is None:

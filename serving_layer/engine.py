@@ -42,7 +42,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra import storage
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger, versions
 from lake.merge import batch_relation, merged_views
 from lake.sketches import sketch_functions
@@ -50,7 +50,7 @@ from serving_layer import sandbox
 from views import tables
 
 
-def base_tables(settings: Settings) -> tuple[str, ...]:
+def base_tables(settings: Deployment) -> tuple[str, ...]:
     """The deployment's tables besides the views, in the order they are read: the domain's dimensions and
     their changes, then the platform's (:data:`views.tables.PLATFORM`)."""
     dimensions = (
@@ -73,7 +73,7 @@ STOPPING_SECONDS = 1.0
 PASSED = 10_000
 
 
-def _speed_days(settings: Settings) -> dict[str, set[date]]:
+def _speed_days(settings: Deployment) -> dict[str, set[date]]:
     """Per view, the UTC days of the hours it has speed partials for (none if there is no table)."""
     partials = tables.SPEED_PARTIALS.rows(settings, ["view", "window_hour"])
     found = {}
@@ -83,7 +83,7 @@ def _speed_days(settings: Settings) -> dict[str, set[date]]:
     return found
 
 
-def finality(settings: Settings) -> dict[str, dict[str, set[date]]]:
+def finality(settings: Deployment) -> dict[str, dict[str, set[date]]]:
     """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
     final = ledger.final_days(settings)
     return {
@@ -279,7 +279,7 @@ class _Cursor:
 class Engine:
     """One sandboxed DuckDB database over a deployment's Delta tables, kept for many queries."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Deployment):
         self.settings = settings
         self._views = settings.views
         #: The tables by relation name; the batch tables last, since the version pointers name them.
@@ -511,7 +511,7 @@ def _lower_priority() -> None:
     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SLOW_LANE_NICENESS)
 
 
-_engines: dict[Settings, Engine] = {}
+_engines: dict[Deployment, Engine] = {}
 _engines_lock = threading.Lock()
 
 
@@ -522,7 +522,7 @@ def _close_engines() -> None:
         engine.close()
 
 
-def _engine(settings: Settings) -> Engine:
+def _engine(settings: Deployment) -> Engine:
     """The one :class:`Engine` for ``settings``, made on first use."""
     with _engines_lock:
         if settings not in _engines:
@@ -530,17 +530,17 @@ def _engine(settings: Settings) -> Engine:
         return _engines[settings]
 
 
-def query(settings: Settings, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+def query(settings: Deployment, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound) in the sandbox against the merged views; the column names and rows."""
     return _engine(settings).query(sql, params)
 
 
-def copied(settings: Settings) -> Counter[str]:
+def copied(settings: Deployment) -> Counter[str]:
     """How many versions of each table the engine for ``settings`` has copied so far (:meth:`Engine.copied`)."""
     return _engine(settings).copied()
 
 
-def with_data(settings: Settings) -> set[str]:
+def with_data(settings: Deployment) -> set[str]:
     """The views and tables that have data now (a view has data once its batch or speed table exists)."""
     state = _engine(settings).refresh()
     return state.tables.keys() | state.views.keys()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import versions
 from lake.merge import batch_relation, merged_views
 from serving_layer.engine import base_tables
@@ -27,7 +27,7 @@ def _beside(spark: SparkSession) -> SparkSession:
     return sql
 
 
-def session(spark: SparkSession, settings: Settings) -> SparkSession:
+def session(spark: SparkSession, settings: Deployment) -> SparkSession:
     """A session beside ``spark`` in which every merged view of ``settings``' deployment, and every
     table the DuckDB engine shows, can be queried by name."""
     sql = _beside(spark)

@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from infra import settings as config
+from infra import deployment as config
 from infra import spark as sparks
 from infra import speed_report
 from speed_layer import health, queries, resume

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from infra import delta
-from infra.settings import Settings
+from infra.deployment import Deployment
 from speed_layer import state
 from views import compile, tables, timebase
 from views.model import View
@@ -87,7 +87,7 @@ def _newest_event(path: str) -> datetime | None:
     return newest and newest.astimezone(timebase.UTC)
 
 
-def compact(spark: SparkSession, settings: Settings) -> dict[str, int]:
+def compact(spark: SparkSession, settings: Deployment) -> dict[str, int]:
     """Fold every closed hour that holds more than one partial per window and key; the hours folded per view."""
     path, raw_events = tables.SPEED_PARTIALS.path(settings), tables.RAW_EVENTS.path(settings)
     if not (tables.exists(path) and tables.exists(raw_events)):

@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra import delta
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import sketches
 from speed_layer import late_events, packing, state
 from views import compile, events, sql, tables
@@ -60,7 +60,12 @@ class Fold:
     """The speed layer's work on one micro-batch, and the state it keeps between them."""
 
     def __init__(
-        self, spark: SparkSession, settings: Settings, views: list[View], app_id: str, driver_bytes: int = DRIVER_BYTES
+        self,
+        spark: SparkSession,
+        settings: Deployment,
+        views: list[View],
+        app_id: str,
+        driver_bytes: int = DRIVER_BYTES,
     ) -> None:
         self.settings, self.views, self.driver_bytes = settings, views, driver_bytes
         self.appends = delta.BatchAppends(app_id)
@@ -228,7 +233,7 @@ class Fold:
         return _conformed(pa.concat_tables(rows, promote_options="permissive"), self.partials_schema)
 
 
-def _partials_schema(spark: SparkSession, settings: Settings, views: list[View], empty: DataFrame) -> pa.Schema:
+def _partials_schema(spark: SparkSession, settings: Deployment, views: list[View], empty: DataFrame) -> pa.Schema:
     """The partials table's columns for ``views``, as Spark types them (no Spark job: plans of no rows
     from ``empty``, a parse of none, and of empty dimensions of their tables' columns; Spark's own read of
     a Delta table, the first in a new JVM, would take 3 s of the speed layer's start)."""

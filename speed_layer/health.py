@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.streaming import StreamingQuery
 
 from infra import processes
-from infra.settings import Settings
+from infra.deployment import Deployment
 from infra.speed_report import Health, QueryHealth
 from speed_layer.lag import Meter
 
@@ -64,7 +64,7 @@ class Monitor:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: Deployment,
         events: StreamingQuery,
         fold: Fold,
         others: list[StreamingQuery],

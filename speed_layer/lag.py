@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import kafka
-from infra.settings import Settings
+from infra.deployment import Deployment
 from speed_layer import resume
 
 
@@ -41,7 +41,7 @@ class Meter:
     """Measures the landing query's :class:`Lag` whenever asked, through one Kafka consumer kept open
     (it joins no group and reads no record)."""
 
-    def __init__(self, settings: Settings, starting_offsets: str):
+    def __init__(self, settings: Deployment, starting_offsets: str):
         self._settings, self._starting = settings, starting_offsets
         self._broker = kafka.Offsets(settings, settings.topic)
 

@@ -20,14 +20,14 @@ from datetime import UTC, date, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import ledger
 from views import tables
 from views.model import View
 from views.timebase import DAY
 
 
-def final_through(settings: Settings, views: list[View]) -> dict[str, date]:
+def final_through(settings: Deployment, views: list[View]) -> dict[str, date]:
     """Per view with final days, the newest day whose events can change one of them (its newest final
     day and as many days after as its windows reach past midnight); read from the ledger."""
     newest = {view: max(days) for view, days in ledger.final_days(settings).items()}

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from infra import delta
-from infra.settings import Settings
+from infra.deployment import Deployment
 from speed_layer import resume
 from speed_layer.fold import Fold
 from views import changelog, events, tables
@@ -27,7 +27,7 @@ LANDING = tables.RAW_EVENTS.stream_checkpoint
 CONSUMER = {"kafka.fetch.max.wait.ms": "10"}
 
 
-def kafka_source(spark: SparkSession, settings: Settings, topic: str, starting_offsets: str) -> DataFrame:
+def kafka_source(spark: SparkSession, settings: Deployment, topic: str, starting_offsets: str) -> DataFrame:
     """The records of ``topic`` as they come, from ``starting_offsets``, at most ``max_offsets_per_trigger``
     a micro-batch."""
     return (
@@ -54,7 +54,7 @@ def _start(rows: DataFrame, name: str, checkpoint: Path, each_batch, seconds: fl
     )
 
 
-def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+def ensure_tables(spark: SparkSession, settings: Deployment) -> None:
     """Create the landed tables and the dimensions (empty) so that readers never find them missing."""
     empty = spark.createDataFrame([], events.KAFKA_RECORD)
     retention = delta.retention_properties(settings)  # set now: a later change would race the stream's commits
@@ -75,7 +75,7 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         )
 
 
-def speed_views(settings: Settings) -> list[View]:
+def speed_views(settings: Deployment) -> list[View]:
     """The views the speed layer keeps (setting ``speed_views``; all by default)."""
     views = settings.views
     chosen = views if settings.speed_views is None else settings.speed_views
@@ -85,7 +85,7 @@ def speed_views(settings: Settings) -> list[View]:
     return [views[name] for name in chosen]
 
 
-def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]) -> tuple[StreamingQuery, Fold]:
+def start_events(spark: SparkSession, settings: Deployment, start: tuple[str, str]) -> tuple[StreamingQuery, Fold]:
     """The speed layer's one query over the events topic: each micro-batch is folded once into
     raw_events, dead_letters, late_events and every speed view (:mod:`speed_layer.fold`).
 
@@ -103,7 +103,7 @@ def start_events(spark: SparkSession, settings: Settings, start: tuple[str, str]
     return query, fold
 
 
-def start_dimension(spark: SparkSession, settings: Settings, dimension: Changelog) -> StreamingQuery:
+def start_dimension(spark: SparkSession, settings: Deployment, dimension: Changelog) -> StreamingQuery:
     """Land a dimension's changelog exactly once in its changes table (bad records in dead_letters) and
     rebuild the dimension from it after each micro-batch with changes."""
     changes_table, dimension_table = tables.changes(dimension), tables.dimension(dimension)

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from infra import kafka
-from infra.settings import Settings
+from infra.deployment import Deployment
 from views import tables
 
 EARLIEST = -2  # Kafka's "earliest" in Spark's startingOffsets JSON
@@ -28,12 +28,12 @@ class CheckpointLost(RuntimeError):
     """The landing checkpoint is missing but records were landed before."""
 
 
-def checkpoint(settings: Settings) -> Path:
+def checkpoint(settings: Deployment) -> Path:
     """The landing query's checkpoint."""
     return settings.checkpoints / tables.RAW_EVENTS.stream_checkpoint
 
 
-def landed_offsets(settings: Settings) -> dict[int, int]:
+def landed_offsets(settings: Deployment) -> dict[int, int]:
     """The highest Kafka offset landed (in raw_events or dead_letters) per partition of the events topic."""
     highest: dict[int, int] = {}
     for landed in (tables.RAW_EVENTS, tables.DEAD_LETTERS):
@@ -58,7 +58,7 @@ def app_id(checkpoint: Path) -> tuple[str, bool]:
     return app_file.read_text().strip(), True
 
 
-def plan(settings: Settings, resume_from_tables: bool = False) -> tuple[str, str]:
+def plan(settings: Deployment, resume_from_tables: bool = False) -> tuple[str, str]:
     """The landing query's (txnAppId, startingOffsets JSON): each partition resumes after its highest
     landed offset, or at the oldest Kafka still holds if that is later."""
     landing = checkpoint(settings)

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from infra import airflow, credentials, processes
-from infra.settings import REPO, Settings
+from infra.deployment import REPO, Deployment
 
 #: Where the browser tests keep their screenshots.
 ARTIFACTS = Path(os.environ.get("LAMBDALAKE_ARTIFACTS", REPO / ".artifacts"))
@@ -37,7 +37,7 @@ def screenshot(browser, name: str) -> None:
     assert browser.save_screenshot(str(ARTIFACTS / name))
 
 
-def backfill(browser, settings: Settings, dag: str, days: list[datetime], timeout: float = 900) -> dict[str, str]:
+def backfill(browser, settings: Deployment, dag: str, days: list[datetime], timeout: float = 900) -> dict[str, str]:
     """Log in on Airflow's login page, start a backfill of ``dag`` over ``days`` (consecutive, oldest
     first) from its "Trigger → Backfill" dialog, and wait until the runs succeed: one backfill run per
     day, listed as such in the DAG's Runs tab. Returns ``{run_id: state}`` of the backfill runs."""

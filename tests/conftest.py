@@ -16,10 +16,10 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
 from infra import batch_engine as engines
+from infra import deployment as config
 from infra import kafka, spark_cluster
-from infra import settings as config
+from infra.deployment import Deployment
 from infra.object_store import LocalS3
-from infra.settings import Settings
 from views import timebase
 
 pytest_plugins = ["tests.plugins.airflow_service"]
@@ -42,7 +42,7 @@ PORTS = {
     "airflow_database_port": 15433 + SHIFT,
 }
 #: The first port of a Kafka cluster of three beside the session's broker (its brokers listen on this
-#: port, +2 and +4, their controllers on the odd ports between and after: infra.settings.kafka_ports).
+#: port, +2 and +4, their controllers on the odd ports between and after: infra.deployment.kafka_ports).
 KAFKA_CLUSTER_PORT = 19292 + SHIFT
 #: The session's S3 store (the ``object_store`` fixture), with keys of its own. The test deployment's
 #: Spark sessions are configured for it (``spark_conf``), and its AWS variables are exported, as a user
@@ -139,8 +139,8 @@ def engine_lane_services() -> list[Callable[[], object]]:
 
 
 @pytest.fixture(scope="session")
-def deployment(tmp_path_factory) -> Settings:
-    """Settings of the test deployment: a session tmp home and ports offset from the defaults."""
+def deployment(tmp_path_factory) -> Deployment:
+    """The test deployment: a session tmp home and ports offset from the defaults."""
     home = tmp_path_factory.mktemp("deployment")
     (home / "settings.json").write_text(
         json.dumps(
@@ -161,7 +161,7 @@ def deployment(tmp_path_factory) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def broker(deployment) -> Iterator[Settings]:
+def broker(deployment) -> Iterator[Deployment]:
     """A real Kafka 4 broker for the session; stopped at the end with nothing left behind."""
     kafka.start(deployment)
     yield deployment
@@ -181,7 +181,7 @@ def spark(deployment):
 
 
 @pytest.fixture(scope="session")
-def engine_home(deployment, engine_lane_services) -> Iterator[Settings]:
+def engine_home(deployment, engine_lane_services) -> Iterator[Deployment]:
     """The deployment whose batch engine (a Spark Connect server, infra.batch_engine) the session's tests
     use, started by the first that needs it (:func:`batch_engine`) and stopped when the engine's lane ends."""
     engine_lane_services.append(lambda: engines.stop(deployment))
@@ -190,7 +190,7 @@ def engine_home(deployment, engine_lane_services) -> Iterator[Settings]:
 
 
 @pytest.fixture
-def batch_engine(engine_home) -> Settings:
+def batch_engine(engine_home) -> Deployment:
     """The deployment's batch engine, running: the tests' Airflow tasks and the processes they start
     send their Spark work to it. Never connect to it from the test process itself: a Spark Connect
     session switches pyspark's functions to Connect for the whole process, and the session's own
@@ -209,7 +209,7 @@ def object_store(deployment) -> Iterator[str]:
 
 
 @pytest.fixture
-def on_cluster_and_object_store(engine_home, object_store) -> Iterator[Settings]:
+def on_cluster_and_object_store(engine_home, object_store) -> Iterator[Deployment]:
     """The deployment on a Spark standalone cluster (a master and two workers on loopback), its tables in
     the object store, for one test: the speed layer it starts and the batch engine, which Airflow's
     batch tasks use, run there; afterwards the cluster and the engine are stopped (the next test on the
@@ -227,8 +227,8 @@ def on_cluster_and_object_store(engine_home, object_store) -> Iterator[Settings]
 
 
 @pytest.fixture
-def tables(tmp_path, deployment) -> Settings:
-    """Settings whose Delta tables live in this test's own tmp folder, named by a ``file://`` URI as an
+def tables(tmp_path, deployment) -> Deployment:
+    """The deployment, its Delta tables living in this test's own tmp folder, named by a ``file://`` URI as an
     object store would be (setting ``storage``): every layer reads and writes them as URIs here, and as
     plain folders in the end-to-end, fault and equivalence tests."""
     stored = json.loads((deployment.home / "settings.json").read_text())

@@ -1,7 +1,7 @@
 """The table catalogue: every Delta table lambdalake keeps, with its partitioning, its schema (or the
 declaration it is derived from) and, for a table a stream writes, the stream's checkpoint. The layers
 name their tables through it, and open one's log or read a small one (delta-rs), read one into Spark or
-append to one of fixed columns through its :class:`Table`; ``Settings.table`` says where a name is stored."""
+append to one of fixed columns through its :class:`Table`; ``Deployment.table`` says where a name is stored."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from views.source import Changelog
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from infra.settings import Settings
+    from infra.deployment import Deployment
 
 
 @dataclass(frozen=True)
@@ -32,28 +32,28 @@ class Table:
     #: Delta table properties it is created with.
     properties: tuple[tuple[str, str], ...] = ()
 
-    def path(self, settings: Settings) -> str:
+    def path(self, settings: Deployment) -> str:
         """Where ``settings``' deployment stores it."""
         return settings.table(self.name)
 
-    def exists(self, settings: Settings) -> bool:
+    def exists(self, settings: Deployment) -> bool:
         """:func:`exists` at its :meth:`path`."""
         return exists(self.path(settings))
 
-    def opened(self, settings: Settings) -> DeltaTable | None:
+    def opened(self, settings: Deployment) -> DeltaTable | None:
         """:func:`opened` at its :meth:`path`."""
         return opened(self.path(settings))
 
-    def rows(self, settings: Settings, columns: list[str] | None = None) -> pa.Table | None:
+    def rows(self, settings: Deployment, columns: list[str] | None = None) -> pa.Table | None:
         """Its rows now (``columns`` of them), read with delta-rs (no Spark job); None if it was never written."""
         table = self.opened(settings)
         return None if table is None else table.to_pyarrow_table(columns=columns)
 
-    def read(self, spark: SparkSession, settings: Settings) -> DataFrame:
+    def read(self, spark: SparkSession, settings: Deployment) -> DataFrame:
         """Its rows as a Spark DataFrame of ``spark``'s."""
         return spark.read.format("delta").load(self.path(settings))
 
-    def append(self, settings: Settings, rows: list[dict] | list[tuple]) -> None:
+    def append(self, settings: Deployment, rows: list[dict] | list[tuple]) -> None:
         """Append ``rows`` (dicts by column, or tuples in the columns' order) in one commit with delta-rs,
         making the table if there is none; for a table whose :attr:`schema` the platform fixes."""
         if self.schema is None:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lambdalake.deadletters import queries
 from lambdalake.deadletters.corrections import Coordinates
 from lambdalake.deadletters.replay import Replayed, replay
@@ -64,14 +64,14 @@ def render_replay(result: Replayed) -> str:
     )
 
 
-def listing(settings: Settings, limit: int, reason: str | None = None) -> Listing:
+def listing(settings: Deployment, limit: int, reason: str | None = None) -> Listing:
     """The summary by reason and the ``limit`` latest dead letters (of those whose reason matches)."""
     rows = queries.over(settings)
     return Listing(reason, queries.summary(rows, reason), queries.latest(rows, limit, reason))
 
 
 def command(
-    settings: Settings, action: str | None, *, reason: str | None, limit: int, from_file: Path | None, as_json: bool
+    settings: Deployment, action: str | None, *, reason: str | None, limit: int, from_file: Path | None, as_json: bool
 ) -> str:
     """The output of ``lambdalake deadletters [replay]``."""
     if action == "replay":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lambdalake.deadletters.corrections import Coordinates, DeadLetter
 from serving_layer import engine
 from views import tables
@@ -27,7 +27,7 @@ _NO_REPLAYS = (
 Rows = Callable[[str, dict], list[dict]]
 
 
-def over(settings: Settings) -> Rows:
+def over(settings: Deployment) -> Rows:
     """Run SQL through the deployment's serving engine; ``dead_letter_replays`` is empty until it exists."""
     known = engine.with_data(settings)
     if DEAD_LETTERS not in known:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lambdalake.deadletters import queries
 from lambdalake.deadletters.corrections import Coordinates, Replay, Request, plan, read_requests
 from views import tables
@@ -29,7 +29,7 @@ class Replayed:
     not_found: list[Coordinates]
 
 
-def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
+def _send(settings: Deployment, replays: list[Replay]) -> list[bool]:
     """Whether Kafka acknowledged each replay."""
     from infra import producer
 
@@ -39,14 +39,14 @@ def _send(settings: Settings, replays: list[Replay]) -> list[bool]:
     return [error is None for error in errors]
 
 
-def _record(settings: Settings, replays: list[Replay]) -> None:
+def _record(settings: Deployment, replays: list[Replay]) -> None:
     now = datetime.now(UTC)
     tables.DEAD_LETTER_REPLAYS.append(
         settings, [{**r.letter.at._asdict(), "replayed_at": now, "corrected": r.corrected} for r in replays]
     )
 
 
-def replay(settings: Settings, from_file: Path | None = None, reason: str | None = None) -> Replayed:
+def replay(settings: Deployment, from_file: Path | None = None, reason: str | None = None) -> Replayed:
     """Send the corrections in ``from_file``, or the raw payloads of the dead letters whose reason
     contains ``reason``, to the events topic, skipping dead letters already replayed; record what
     Kafka acknowledged in dead_letter_replays."""

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from infra import airflow, processes, services
-from infra.settings import load
+from infra.deployment import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("batch_engine")]  # the DAGs run on it
 

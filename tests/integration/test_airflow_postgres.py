@@ -16,7 +16,7 @@ import pytest
 
 from domains.clickstream.generator import generate
 from infra import airflow, postgres, processes
-from infra import settings as config
+from infra import deployment as config
 from speed_layer.queries import ensure_tables
 from tests.integration.records import land
 from tests.plugins.airflow_service import running

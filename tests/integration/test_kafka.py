@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from infra import kafka, processes
-from infra.settings import REPO, load
+from infra.deployment import REPO, load
 from tests.ports import free_port
 
 pytestmark = pytest.mark.integration

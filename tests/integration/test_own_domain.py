@@ -15,7 +15,7 @@ import pytest
 
 from batch_layer.recompute import recompute_day
 from infra import kafka, services
-from infra.settings import REPO, load
+from infra.deployment import REPO, load
 from serving_layer import engine
 from views import timebase
 

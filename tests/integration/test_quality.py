@@ -22,7 +22,7 @@ from batch_layer import quality
 from batch_layer.quality import QualityFailed
 from domains.clickstream.generator import generate
 from domains.sample import Mix
-from infra.settings import REPO
+from infra.deployment import REPO
 from tests.integration.records import land
 from views import compile, get, timebase
 
@@ -302,10 +302,10 @@ import os, sys, time
 from datetime import datetime, timedelta
 import pandas as pd
 from batch_layer import quality
-from infra import settings
+from infra import deployment as config
 from views import get, timebase
 day = datetime(2026, 11, 20, tzinfo=timebase.UTC)
-deployment = settings.load()
+deployment = config.load()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)
 for name in sys.argv[2:]:

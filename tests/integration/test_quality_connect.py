@@ -15,7 +15,7 @@ import pytest
 
 from domains.clickstream.generator import generate
 from domains.sample import Mix
-from infra.settings import REPO
+from infra.deployment import REPO
 from tests import oracle
 from tests.integration.records import land
 from views import get, timebase
@@ -28,12 +28,12 @@ import dataclasses, json
 from datetime import datetime, timedelta
 from pyspark.sql import functions as F
 from batch_layer import quality
-from infra import settings, spark
+from infra import deployment, spark
 from views import compile, get
 
 day = datetime.fromisoformat("{DAY.isoformat()}")
 end, view = day + timedelta(days=1), get("page_views_per_minute")
-config = settings.load()
+config = deployment.load()
 out = {{}}
 with spark.engine(config) as session, quality.docs_once(config):
     records = quality.with_first_copy(session.read.format("delta").load(config.table("raw_events"))).persist()

@@ -16,7 +16,7 @@ from batch_layer.recompute import recompute_day
 from domains.clickstream import generator
 from domains.sample import Mix
 from infra import processes, services
-from infra.settings import REPO, load
+from infra.deployment import REPO, load
 from serving_layer import client, engine
 from speed_layer import queries
 from speed_layer.fold import Fold

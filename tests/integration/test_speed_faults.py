@@ -22,8 +22,8 @@ from domains.clickstream import generator
 from domains.sample import Mix
 from infra import kafka, processes, producer, services
 from infra import object_store as object_stores
+from infra.deployment import load
 from infra.producer import Record
-from infra.settings import load
 from serving_layer import engine
 from tests import oracle
 from tests.compare import within_sketch_error

@@ -18,8 +18,8 @@ from deltalake import write_deltalake
 from batch_layer.stale import stale_days
 from domains.clickstream import generator
 from domains.sample import Mix
+from infra.deployment import load
 from infra.producer import Record
-from infra.settings import load
 from speed_layer import packing, queries
 from speed_layer.compact import compact
 from speed_layer.fold import Fold

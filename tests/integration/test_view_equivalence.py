@@ -33,8 +33,8 @@ from batch_layer.recompute import recompute_day
 from domains.ads import generator as ads_generator
 from domains.clickstream import generator as clickstream_generator
 from domains.sample import Mix
+from infra.deployment import load
 from infra.producer import Record
-from infra.settings import load
 from serving_layer import spark_sql
 from speed_layer import queries
 from speed_layer.fold import Fold

@@ -13,19 +13,19 @@ from dataclasses import dataclass
 import pytest
 
 from infra import airflow, services
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 
 @dataclass
 class AirflowService:
-    settings: Settings
+    settings: Deployment
     client: airflow.AirflowClient
     #: GET /api/v2/dags/<id> of every DAG as first parsed, before any test changed it.
     initial_dags: dict[str, dict]
 
 
 @contextmanager
-def running(settings: Settings) -> Iterator[AirflowService]:
+def running(settings: Deployment) -> Iterator[AirflowService]:
     """``settings``' Airflow running, DAGs parsed, its Connection to the batch engine made; stopped, with
     nothing left, on exit."""
     services.start_airflow(settings)
@@ -39,7 +39,7 @@ def running(settings: Settings) -> Iterator[AirflowService]:
 
 
 @pytest.fixture(scope="session")
-def airflow_service(engine_home: Settings, engine_lane_services) -> Iterator[AirflowService]:
+def airflow_service(engine_home: Deployment, engine_lane_services) -> Iterator[AirflowService]:
     """The test deployment's running Airflow (:func:`running`) from the first test that asks for it until the
     engine's lane ends (tests/conftest.py); a test whose DAG runs use the batch engine asks for
     ``batch_engine`` too."""

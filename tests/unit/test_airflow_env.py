@@ -5,7 +5,7 @@ data off the machine."""
 import pytest
 
 from infra import airflow
-from infra.settings import load
+from infra.deployment import load
 
 
 def _described() -> dict:

@@ -7,7 +7,7 @@ import pytest
 import requests
 
 from infra import processes, services
-from infra.settings import load
+from infra.deployment import load
 from serving_layer import access
 from tests.ports import free_port
 

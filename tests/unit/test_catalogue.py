@@ -1,9 +1,9 @@
 """The table catalogue (views.tables) is the one place that names the platform's tables: outside it,
-no code passes a literal name to ``Settings.table``, and the catalogue names each table once."""
+no code passes a literal name to ``Deployment.table``, and the catalogue names each table once."""
 
 import ast
 
-from infra.settings import REPO
+from infra.deployment import REPO
 from views import domain, tables
 
 LAYERS = ("batch_layer", "dags", "domains", "infra", "lake", "lambdalake", "serving_layer", "speed_layer", "views")

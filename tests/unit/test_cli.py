@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from infra.settings import REPO
+from infra.deployment import REPO
 from tests.ports import free_port
 
 pytestmark = pytest.mark.processes

@@ -4,7 +4,7 @@ import json
 import os
 
 from infra import credentials
-from infra.settings import load
+from infra.deployment import load
 
 
 def test_the_airflow_password_is_generated_once_for_the_owner_only(tmp_path):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from infra.airflow import DAG_IDS
-from infra.settings import REPO
+from infra.deployment import REPO
 
 pytestmark = pytest.mark.processes
 
@@ -242,7 +242,7 @@ def test_a_table_s_asset_is_named_by_its_location_so_moved_tables_are_new_assets
     """Airflow activates an Asset only while no active one has its name: tables moved by ``storage``
     must not reuse the old Assets' names (their tasks would fail on inactive Assets)."""
     from infra import dags
-    from infra.settings import load
+    from infra.deployment import load
     from views import tables
 
     local = load(tmp_path)

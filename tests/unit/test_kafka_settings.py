@@ -6,20 +6,20 @@ from pathlib import Path
 import pytest
 
 from infra import kafka
-from infra.settings import Settings
+from infra.deployment import Deployment
 
 HOME = Path("/tmp/lambdalake-home")
 
 
 def test_one_broker_keeps_its_name_folder_and_ports():
-    settings = Settings(HOME)
+    settings = Deployment(HOME)
     [node] = kafka.nodes(settings)
     assert (node.id, node.name, node.port, node.controller_port, node.dir) == (1, "kafka", 9092, 9093, HOME / "kafka")
     assert settings.kafka_bootstrap == "127.0.0.1:9092" and kafka.replication(settings) == (1, 1)
 
 
 def test_a_cluster_of_three():
-    settings = Settings(HOME, kafka_brokers=3)
+    settings = Deployment(HOME, kafka_brokers=3)
     nodes = kafka.nodes(settings)
     assert [(n.id, n.name, n.port, n.controller_port) for n in nodes] == [
         (1, "kafka-1", 9092, 9093),
@@ -44,4 +44,4 @@ def test_a_cluster_of_three():
 @pytest.mark.parametrize("changes", [{"kafka_brokers": 0}, {"kafka_brokers": 3, "kafka_controller_port": 9094}])
 def test_no_broker_or_ports_that_meet_are_refused(changes):
     with pytest.raises(ValueError, match="kafka_brokers"):
-        Settings(HOME, **changes)
+        Deployment(HOME, **changes)

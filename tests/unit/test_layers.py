@@ -5,7 +5,7 @@ import ast
 
 import pytest
 
-from infra.settings import REPO
+from infra.deployment import REPO
 
 LAYERS = ("batch_layer", "serving_layer", "speed_layer")
 

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from infra import processes
-from infra.settings import load
+from infra.deployment import load
 
 #: A leader that starts a worker in its group, which runs a task in a session of its own (as Airflow's
 #: scheduler's executor workers run tasks), prints their pids and exits; they end within a minute anyway.

@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
+from infra.deployment import load
 from infra.producer import acknowledged, parse_lines, read_file
-from infra.settings import load
 from views.timebase import UTC
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

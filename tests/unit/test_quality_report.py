@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from infra.settings import load
+from infra.deployment import load
 from serving_layer import catalog
 from tests.unit.test_cli import run
 from views import tables

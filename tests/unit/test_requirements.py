@@ -10,7 +10,7 @@ from functools import cache
 from importlib.metadata import distributions, packages_distributions, requires, version
 from pathlib import Path
 
-from infra.settings import REPO
+from infra.deployment import REPO
 
 OWN = {
     "batch_layer",

@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import versions
 from serving_layer import engine, sandbox
 from serving_layer.sandbox import QueryError
@@ -29,7 +29,7 @@ WINDOW = pa.timestamp("us", "UTC")
 
 @pytest.fixture
 def settings(tmp_path):
-    settings = Settings(home=tmp_path / "home")
+    settings = Deployment(home=tmp_path / "home")
     write_deltalake(settings.table("raw_events"), pa.table({"event_id": ["e1", "e2"], "n": [1, 2]}))
     write_deltalake(
         settings.table("serving_state"), pa.table({"view": ["page_views_per_minute"], "day": [date(2026, 1, 1)]})

@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime
 
 from infra import processes, services, speed_report
-from infra.settings import load
+from infra.deployment import load
 from speed_layer import lag
 
 

@@ -6,7 +6,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from batch_layer.stale import stale_days
-from infra.settings import load
+from infra.deployment import load
 from views.timebase import UTC
 
 

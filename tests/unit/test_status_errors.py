@@ -11,7 +11,7 @@ import requests
 from deltalake import write_deltalake
 
 from infra import processes, services
-from infra.settings import REPO, load
+from infra.deployment import REPO, load
 from serving_layer import catalog
 from serving_layer.sandbox import QueryError
 from tests.ports import free_port

@@ -5,7 +5,7 @@ import time
 
 from batch_layer.maintenance import trim_logs
 from infra.airflow import parsing_logs, task_logs
-from infra.settings import load
+from infra.deployment import load
 
 
 def test_old_task_and_parsing_logs_go_recent_ones_stay(tmp_path):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.settings import REPO
+from infra.deployment import REPO
 
 PACKAGES = (
     "batch_layer",

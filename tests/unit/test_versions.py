@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from infra.settings import Settings
+from infra.deployment import Deployment
 from lake import versions
 from views import tables as catalog
 from views.timebase import UTC
@@ -19,7 +19,7 @@ VIEW = "page_views_per_minute"
 def settings(tmp_path, request):
     """A deployment whose tables are in its home's folder, or at a ``file://`` URI (setting ``storage``)."""
     storage = (tmp_path / "lake").as_uri() if request.param == "file URI" else None
-    settings = Settings(home=tmp_path / "home", storage=storage)
+    settings = Deployment(home=tmp_path / "home", storage=storage)
     for label in (None, "v2", "broken"):  # the first version, a second, and a failed attempt's leftover
         write_deltalake(catalog.batch(VIEW, label).path(settings), pa.table({"n": [1]}))
     return settings

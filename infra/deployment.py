@@ -1,12 +1,13 @@
-"""All settings in one place, chosen by one environment variable.
+"""A deployment: its settings, chosen by one environment variable, and what they resolve to.
 
 ``LAMBDALAKE_HOME`` names the folder that holds a deployment's data, checkpoints, logs and process
 files (default: ``.lambdalake`` inside the checkout). An optional ``settings.json`` in that folder
-overrides any field below, so a test deployment can use other ports beside a running demo.
+overrides any field of :class:`Deployment`, so a test deployment can use other ports beside a running demo.
 
-A :class:`Settings` is also what the settings resolve to: the deployment's source, dimensions and views
-(:attr:`Settings.views`, resolved once). It is built once where a process starts (:func:`load`) and
-passed down; no layer looks its views or domain up itself.
+A :class:`Deployment` is the composition root: its settings, its domain's source, dimensions and views
+(:attr:`Deployment.views`, resolved once) and where each table of the catalogue is stored
+(:meth:`Deployment.table`). It is built once where a process starts (:func:`load`) and passed down; no
+layer looks its views or domain up itself.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class Settings:
+class Deployment:
+    """One deployment: its settings (the fields; ``settings.json`` in its home sets any of them) and what
+    they resolve to (its domain's views, source and dimensions; its tables' locations)."""
+
     home: Path
     #: Kafka: one broker, or a cluster of this many on 127.0.0.1 (each also a KRaft controller; topics,
     #: internal ones too, replicated min(brokers, 3) times with min.insync.replicas one fewer, at least 1).
@@ -233,10 +237,10 @@ class Settings:
     def batch_engine_url(self) -> str:
         return f"sc://127.0.0.1:{self.batch_engine_port}"
 
-    def with_overrides(self, **changes: Any) -> Settings:
+    def with_overrides(self, **changes: Any) -> Deployment:
         return dataclasses.replace(self, **changes)
 
-    def save(self, **changes: Any) -> Settings:
+    def save(self, **changes: Any) -> Deployment:
         """Persist ``changes`` into the home's settings.json (which may hold secrets: readable by its
         owner only) and return the updated settings."""
         from infra.credentials import write_private
@@ -251,13 +255,13 @@ class Settings:
 JAR_CACHE = REPO / ".cache" / "jars"
 
 
-def load(home: str | os.PathLike | None = None) -> Settings:
-    """Settings for ``home`` (default: ``$LAMBDALAKE_HOME`` or ``<checkout>/.lambdalake``)."""
+def load(home: str | os.PathLike | None = None) -> Deployment:
+    """The deployment at ``home`` (default: ``$LAMBDALAKE_HOME`` or ``<checkout>/.lambdalake``)."""
     home = Path(home or os.environ.get("LAMBDALAKE_HOME") or REPO / ".lambdalake").resolve()
     path = home / "settings.json"
     overrides = json.loads(path.read_text()) if path.exists() else {}
-    known = {f.name for f in dataclasses.fields(Settings)} - {"home"}
+    known = {f.name for f in dataclasses.fields(Deployment)} - {"home"}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return Settings(home=home, **overrides)
+    return Deployment(home=home, **overrides)
