@@ -14,8 +14,9 @@ name. So no reader sees a day final whose rows the table it reads lacks. A switc
 into the previous version the days the ledger recorded since the switch (a reprocess records only the
 days it made newly final, at the switch's time), for the same reason.
 
-Everything here is delta-rs, no Spark job; the pointers are written with ``infra.delta.upsert``,
-imported only when writing, so that readers and DAG files import no Spark.
+Everything here is delta-rs, no Spark job; the pointers and the copied days are written with
+``infra.delta`` (``upsert``, ``replace``), imported only when writing, so that readers and DAG files
+import no Spark.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
 
 from infra import storage
 from infra.deployment import Deployment
@@ -194,8 +194,10 @@ def _changed_days(settings: Deployment, view: str, since: datetime) -> list[date
 
 def _carry(settings: Deployment, view: str, source: str, target: str, days: list[date]) -> None:
     """Replace the rows of ``days`` in table ``target`` by those in ``source``."""
-    rows, into = DeltaTable(settings.table(source)).to_pyarrow_dataset(), DeltaTable(settings.table(target))
-    if rows.schema.names != [field.name for field in into.schema().fields]:
+    from infra.delta import replace
+
+    rows, into = tables.dataset(settings.table(source)), settings.table(target)
+    if rows.schema.names != tables.columns(into).names:
         raise ValueError(
             f"cannot switch {view} back: {label(source)} has days the previous version lacks "
             f"({timebase.spans(days)}) and other columns than it; reprocess instead"
@@ -203,12 +205,7 @@ def _carry(settings: Deployment, view: str, source: str, target: str, days: list
     for first, last in timebase.ranges(days):
         start, end = timebase.day_start(first), timebase.day_start(last) + timebase.DAY
         found = rows.to_table(filter=(pc.field("window_start") >= start) & (pc.field("window_start") < end))
-        write_deltalake(
-            into,
-            found,
-            mode="overwrite",
-            predicate=f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'",
-        )
+        replace(found, into, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
 
 
 def switch_back(settings: Deployment, views: Iterable[str]) -> dict[str, SwitchedBack]:

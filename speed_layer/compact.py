@@ -21,8 +21,6 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import cast
 
-import deltalake
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -61,7 +59,7 @@ def _fold(view: View, partials: DataFrame) -> DataFrame:
 def _crowded_hours(path: str) -> dict[str, list[datetime]]:
     """Per view, the hours of the partials table at ``path`` that hold more than one row, by the row
     counts its Delta log keeps per file."""
-    files = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))
+    files = tables.files(path)
     rows = files.append_column("rows", pc.fill_null(files["num_records"], 2))  # a file not counted may hold two
     hours = (
         rows.group_by(["partition.view", "partition.window_hour"])
@@ -79,7 +77,7 @@ def _newest_event(path: str) -> datetime | None:
     ``event_time`` statistics in the Delta log, or, if a file has none, read from the rows. (Delta keeps
     a time's statistics to the millisecond below: a watermark that much behind only folds an hour one
     run later.)"""
-    files = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))
+    files = tables.files(path)
     if "max.event_time" in files.column_names and files["max.event_time"].null_count == 0:
         newest = pc.max(files["max.event_time"]).as_py()
     else:

@@ -20,12 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import deltalake
 import duckdb
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from views import compile, sql
+from views import compile, sql, tables
 from views.model import Session, View
 from views.timebase import UTC
 
@@ -84,15 +83,10 @@ class State:
 def newest_event(path: str) -> datetime | None:
     """The newest event time landed in the raw_events table at ``path`` (UTC; read from its newest
     event_date partition only, with delta-rs)."""
-    table = deltalake.DeltaTable(path)
-    days = [p["event_date"] for p in table.partitions() if p.get("event_date")]
-    if not days:
+    day = pc.max(tables.files(path)["partition.event_date"]).as_py()
+    if day is None:
         return None
-    newest = pc.max(
-        table.to_pyarrow_dataset(file_pruning_predicate=[("event_date", "=", max(days))]).to_table(
-            columns=["event_time"]
-        )["event_time"]
-    ).as_py()
+    newest = pc.max(tables.dataset(path, ("event_date", day)).to_table(columns=["event_time"])["event_time"]).as_py()
     return newest and newest.astimezone(UTC)
 
 
@@ -107,7 +101,7 @@ def restore(
     or after the oldest time the state needs are read; older ones cannot change that verdict for them.
     """
     state = State(db, views, delay, newest_event(raw_events))
-    landed = deltalake.DeltaTable(raw_events).to_pyarrow_dataset()
+    landed = tables.dataset(raw_events)
     if state.watermark is not None:  # else nothing landed: the table's columns only
         longest = max((v.window.longest for v in views if isinstance(v.window, Session)), default=timedelta())
         oldest = state.watermark - max(state.follow, longest)

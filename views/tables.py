@@ -1,7 +1,10 @@
 """The table catalogue: every Delta table lambdalake keeps, with its partitioning, its schema (or the
 declaration it is derived from) and, for a table a stream writes, the stream's checkpoint. The layers
 name their tables through it, and open one's log or read a small one (delta-rs), read one into Spark or
-append to one of fixed columns through its :class:`Table`; ``Deployment.table`` says where a name is stored."""
+append to one of fixed columns through its :class:`Table`; ``Deployment.table`` says where a name is stored.
+Below it, the functions that read any Delta table by its path with delta-rs (whether it exists, its log,
+its columns, its files, its rows as an Arrow dataset), for the tables the catalogue names and the
+versions of views' batch tables alike; ``infra.delta`` writes them."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -86,6 +90,20 @@ def opened(path: str) -> DeltaTable | None:
 def columns(path: str) -> pa.Schema:
     """The columns of the Delta table at ``path`` as its log declares them (delta-rs, no Spark job)."""
     return pa.schema(DeltaTable(path).schema().to_arrow())
+
+
+def files(path: str) -> pa.Table:
+    """The files of the current version of the Delta table at ``path``, a row each, from its log: path,
+    size, partition values (``partition.<column>``) and statistics (``num_records``, ``min.<column>``,
+    ``max.<column>``; delta-rs, no Spark job)."""
+    return pa.table(DeltaTable(path).get_add_actions(flatten=True))
+
+
+def dataset(path: str, partition: tuple[str, object] | None = None) -> ds.Dataset:
+    """The current version of the Delta table at ``path`` as an Arrow dataset, read as it is scanned
+    (delta-rs, no Spark job); only the files of one ``partition`` (column, value) if given."""
+    where = None if partition is None else [(partition[0], "=", partition[1])]
+    return DeltaTable(path).to_pyarrow_dataset(file_pruning_predicate=where)
 
 
 _UTC = pa.timestamp("us", "UTC")
