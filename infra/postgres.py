@@ -21,11 +21,13 @@ import os
 import pwd
 import subprocess
 from pathlib import Path
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from infra import credentials, processes
 from infra.deployment import Deployment
+
+if TYPE_CHECKING:
+    import psycopg
 
 NAME = "airflow-postgres"
 #: Airflow's role and database in the cluster.
@@ -136,6 +138,8 @@ def _initdb(settings: Deployment, owner: dict) -> None:
 
 
 def _connect(settings: Deployment, database: str) -> psycopg.Connection:
+    import psycopg  # (140 ms: not for every command that imports the services, e.g. `lambdalake query`)
+
     return psycopg.connect(
         host="127.0.0.1",
         port=settings.airflow_database_port,
@@ -149,10 +153,12 @@ def _connect(settings: Deployment, database: str) -> psycopg.Connection:
 
 def healthy(settings: Deployment, database: str = DATABASE) -> bool:
     """Whether ``database`` takes Airflow's login."""
+    from psycopg import OperationalError
+
     try:
         with _connect(settings, database):
             return True
-    except psycopg.OperationalError:
+    except OperationalError:
         return False
 
 
