@@ -62,6 +62,7 @@ from datetime import UTC, datetime, timedelta
 import psutil
 import requests
 
+from batch_layer import day_task
 from bench import live
 from domains.clickstream import generator
 from domains.sample import Mix
@@ -409,7 +410,7 @@ def batch_kill(settings: Deployment, kills: int, events: int, say: Say) -> Batch
 
     landed(40)
     began = time.monotonic()
-    if error := _finished(batch_engine.day_task(settings, day)):
+    if error := _finished(day_task.start(settings, day)):
         raise RuntimeError(f"the batch kill's first recompute failed: {error}")
     duration, before = time.monotonic() - began, merged()
     try:
@@ -418,13 +419,13 @@ def batch_kill(settings: Deployment, kills: int, events: int, say: Say) -> Batch
             seen: list[dict] = []  # the merged views, as each read of them found them
             reader = threading.Thread(target=read, args=(seen, reading))
             reader.start()
-            task, at = batch_engine.day_task(settings, day), rng.uniform(0, duration)
+            task, at = day_task.start(settings, day), rng.uniform(0, duration)
             time.sleep(at)
             os.kill(_running_pid(settings, batch_engine.NAME), signal.SIGKILL)
             error, began = _finished(task), time.monotonic()
             batch_engine.watch(settings)
             back = time.monotonic() - began
-            rerun = _finished(batch_engine.day_task(settings, day))
+            rerun = _finished(day_task.start(settings, day))
             reading.set()
             reader.join()
             after = merged()

@@ -11,13 +11,10 @@ report it, and the watchdog DAG restarts it if it died.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 import psutil
 
@@ -106,74 +103,22 @@ def _warms_up(settings: Deployment) -> bool:
 
 
 def warm_up(settings: Deployment) -> None:
-    """Rehearse a nightly run on the engine (:func:`_rehearsal`), so that the first task after a start
-    finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths compiled
-    (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s warm).
-    It reads and writes none of the deployment's data. The job runs in a process of its own: a Spark Connect
-    session turns the whole process's pyspark to Connect."""
-    job = multiprocessing.get_context("spawn").Process(target=_rehearsal, args=(settings,), name="engine-warm-up")
-    job.start()
-    job.join()
-    if job.exitcode:
-        raise RuntimeError(
-            f"the batch engine failed its warm-up job (exit code {job.exitcode}): see "
-            f"{processes.log_file(settings, NAME)}"
+    """Rehearse a nightly run on the engine (``batch_layer.rehearsal``), so that the first task after a
+    start finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths
+    compiled (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s
+    warm). It reads and writes none of the deployment's data. The job runs in a process of its own (a
+    Spark Connect session turns the whole process's pyspark to Connect), its output in the engine's log."""
+    log = processes.log_file(settings, NAME)
+    with log.open("a") as output:
+        job = subprocess.run(
+            [sys.executable, "-m", "batch_layer.rehearsal"],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+            check=False,
         )
-
-
-#: The day the rehearsal generates and recomputes, and its events.
-REHEARSED_DAY = datetime(2000, 1, 3, tzinfo=UTC)
-REHEARSED_EVENTS = 2000
-
-
-def _rehearsal(settings: Deployment) -> None:
-    """A generated day of the deployment's domain landed and recomputed (``recompute_day``: its checks,
-    every view, the ledger) on the engine, in a scratch deployment of the engine's own, then removed."""
-    from batch_layer.recompute import recompute_day
-    from speed_layer.queries import ensure_tables
-    from views import events, generator, tables
-
-    scratch = settings.with_overrides(home=settings.run / "engine-warm-up", storage=None)
-    shutil.rmtree(scratch.home, ignore_errors=True)
-    end = REHEARSED_DAY + timedelta(days=1)
-    records = generator(settings.domain).generate(REHEARSED_DAY, end, REHEARSED_EVENTS, seed=1)
-    source = settings.source
-    try:
-        with sparks.engine(settings) as spark:
-            ensure_tables(spark, scratch)
-            parsed = events.parse(
-                events.kafka_frame(spark, records), source, scratch.max_payload_bytes, scratch.future_horizon_seconds
-            )
-            events.landed(parsed, source).write.format("delta").mode("append").partitionBy(
-                *tables.RAW_EVENTS.partition_by
-            ).save(tables.RAW_EVENTS.path(scratch))
-            recompute_day(spark, scratch, REHEARSED_DAY, end)
-    finally:
-        shutil.rmtree(scratch.home, ignore_errors=True)
-
-
-#: What a batch_recompute task runs for a day, on the engine its deployment names.
-_DAY_TASK = """
-import sys
-from datetime import datetime, timedelta
-from batch_layer.recompute import recompute_day
-from infra import deployment as config, spark
-day, deployment = datetime.fromisoformat(sys.argv[1]), config.load()
-with spark.engine(deployment) as session:
-    recompute_day(session, deployment, day, day + timedelta(days=1))
-"""
-
-
-def day_task(settings: Deployment, start: datetime) -> subprocess.Popen:
-    """A process doing on the engine what the batch_recompute task does for the day from ``start``, as
-    a task does it: in a process of its own (its stderr piped: an error's last line is its message)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", _DAY_TASK, start.isoformat()],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
-    )
+    if job.returncode:
+        raise RuntimeError(f"the batch engine failed its warm-up job (exit code {job.returncode}): see {log}")
 
 
 def stop(settings: Deployment) -> bool:

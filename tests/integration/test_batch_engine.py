@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 import deltalake
 import pytest
 
+from batch_layer import day_task
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import batch_engine as engines
@@ -37,7 +38,7 @@ DAY = datetime(2026, 11, 20, tzinfo=timebase.UTC)
 
 def _run_task(settings) -> tuple[int, str]:
     """Run the task to its end: its exit code and the last line of its error output."""
-    task = engines.day_task(settings, DAY)
+    task = day_task.start(settings, DAY)
     _, errors = task.communicate(timeout=600)
     return task.returncode, (errors.strip().splitlines() or [""])[-1]
 
@@ -95,7 +96,7 @@ def test_engine_killed_mid_recompute_fails_the_task_in_one_line_and_the_rerun_co
     try:
         paths = {name: versions.current(tables, name) for name in views}
         committed = {name: deltalake.DeltaTable(path).version() for name, path in paths.items()}
-        task = engines.day_task(tables, DAY)
+        task = day_task.start(tables, DAY)
         processes.poll(
             lambda: any(deltalake.DeltaTable(path).version() > committed[name] for name, path in paths.items()) or None,
             300,
