@@ -103,7 +103,7 @@ def _warms_up(settings: Deployment) -> bool:
 
 
 def warm_up(settings: Deployment) -> None:
-    """Rehearse a nightly run on the engine (``batch_layer.rehearsal``), so that the first task after a
+    """Rehearse a nightly run on the engine (``lambdalake.rehearsal``), so that the first task after a
     start finds the planner's, the code generator's, Delta's, Arrow's and the quality checks' paths
     compiled (a demo day's first recompute on a new engine took 8.9 s without it, 6.7 s with it; 4.1 s
     warm). It reads and writes none of the deployment's data. The job runs in a process of its own (a
@@ -111,7 +111,7 @@ def warm_up(settings: Deployment) -> None:
     log = processes.log_file(settings, NAME)
     with log.open("a") as output:
         job = subprocess.run(
-            [sys.executable, "-m", "batch_layer.rehearsal"],
+            [sys.executable, "-m", "lambdalake.rehearsal"],
             stdout=output,
             stderr=subprocess.STDOUT,
             env={**os.environ, "LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},

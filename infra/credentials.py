@@ -7,8 +7,10 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from infra.deployment import Deployment
+if TYPE_CHECKING:
+    from infra.deployment import Deployment
 
 
 def write_private(path: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The batch engine's warm-up job (``python -m batch_layer.rehearsal``, run by ``infra.batch_engine.warm_up``
+"""The batch engine's warm-up job (``python -m lambdalake.rehearsal``, run by ``infra.batch_engine.warm_up``
 in a process of its own, for the deployment of ``LAMBDALAKE_HOME``): a generated day of the deployment's
 domain landed and recomputed on the engine (``recompute_day``: its checks, every view, the ledger), in a
 scratch deployment of the engine's own, then removed. It reads and writes none of the deployment's data."""
