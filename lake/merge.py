@@ -33,25 +33,34 @@ def final_days_sql(view: View, ledger: str) -> str:
     return f"SELECT day FROM {ledger} WHERE view = '{view.name}'"
 
 
-def merged_sql(view: View, batch: str | None = None, partials: str | None = None, ledger: str | None = None) -> str:
-    """SQL for the merged view over the relations ``batch``, ``partials`` and ``ledger`` (any may be
-    missing: without a ledger no day is final)."""
+def merged_parts(
+    view: View, batch: str | None = None, partials: str | None = None, ledger: str | None = None
+) -> dict[str, str]:
+    """SQL for the parts of the merged view over the relations ``batch``, ``partials`` and ``ledger``
+    (any may be missing: without a ledger no day is final): ``batch``, its final days' rows, and
+    ``speed``, the other days' rows, each with the same columns; the parts whose relations are there."""
     columns = ", ".join(f'"{c}"' for c in view.columns)
     final = f"CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})" if ledger else "FALSE"
-    parts = []
+    parts = {}
     if batch and ledger:
-        parts.append(f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE {final}")
+        parts["batch"] = f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE {final}"
     if partials:
-        parts.append(
+        parts["speed"] = (
             f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM ({speed_sql(view, partials)}) "
             f"WHERE NOT ({final})"
         )
+    return parts
+
+
+def merged_sql(view: View, batch: str | None = None, partials: str | None = None, ledger: str | None = None) -> str:
+    """SQL for the merged view: its :func:`merged_parts`, one after the other."""
+    parts = merged_parts(view, batch, partials, ledger)
     if not parts:
         raise LookupError(
             f"view {view.name} has no data yet: neither its batch nor its speed table exists; "
             f"start the pipeline with `lambdalake up`"
         )
-    return "\nUNION ALL\n".join(parts)
+    return "\nUNION ALL\n".join(parts.values())
 
 
 def batch_relation(name: str) -> str:

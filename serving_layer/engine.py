@@ -44,10 +44,11 @@ from deltalake.exceptions import TableNotFoundError
 from infra import storage
 from infra.deployment import Deployment
 from lake import ledger, versions
-from lake.merge import batch_relation, merged_views
+from lake.merge import batch_relation, merged_parts
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
 from views import tables
+from views.model import View
 
 
 def base_tables(settings: Deployment) -> tuple[str, ...]:
@@ -236,15 +237,25 @@ class _Table:
 @dataclass(frozen=True, eq=False)
 class _State:
     """What a cursor has registered: by name, each table's data (an Arrow dataset, or the name of its
-    copy in the database), and each merged view's SQL."""
+    copy in the database), and each merged view's SQL (over ``parts``, tables of the database)."""
 
     tables: dict = field(default_factory=dict)
     views: dict[str, str] = field(default_factory=dict)
+    parts: frozenset[str] = frozenset()
 
 
-def _copies(tables: dict) -> set[str]:
-    """The names of the table copies among a state's ``tables``."""
-    return {data for data in tables.values() if isinstance(data, str)}
+def _held(state: _State) -> set[str]:
+    """The tables of the database that ``state`` reads: its copies and its views' parts."""
+    return {data for data in state.tables.values() if isinstance(data, str)} | state.parts
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A part of a merged view (``lake.merge.merged_parts``) kept as a table of the database, and the
+    contents of the copies it was made from (:meth:`Engine._contents`)."""
+
+    table: str
+    made_from: tuple
 
 
 class _Cursor:
@@ -288,6 +299,8 @@ class Engine:
             {batch_relation(name): _Table(path) for name, path in versions.serving(settings, self._views, {}).items()}
         )
         self._copies = itertools.count()
+        #: The merged views' parts, by view and part.
+        self._parts: dict[tuple[str, str], _Part] = {}
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
         self._state, self._lock = _State(), threading.Lock()
@@ -320,7 +333,6 @@ class Engine:
         if changed:
             present = {name for name, t in self._tables.items() if t.fragments is not None}
             registered: dict = {name: self._tables[name].dataset for name in present & SCANNED}
-            registered.update(self._copy_all([name for name in changed if name in present - SCANNED]))
             registered.update(
                 {
                     name: data
@@ -328,8 +340,9 @@ class Engine:
                     if name in present and name not in changed and isinstance(data, str)
                 }
             )
-            self._retired.update(_copies(self._state.tables) - _copies(registered))
-            self._state = _State(registered, self._view_sql(registered))
+            state = self._build([name for name in changed if name in present - SCANNED], registered)
+            self._retired.update(_held(self._state) - _held(state))
+            self._state = state
             self._drop_unused()
         return self._state
 
@@ -343,30 +356,33 @@ class Engine:
 
     def _drop_unused(self) -> None:
         """Drop the retired copies that no running query's state holds."""
-        unused = self._retired.difference(*(_copies(s.tables) for s in self._running))
+        unused = self._retired.difference(*(_held(s) for s in self._running))
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
         self._retired -= unused
 
-    def _copy_all(self, names: list[str]) -> dict[str, str]:
-        """:meth:`_copy` of each table ``names``, by name. If one does not fit in memory, no new copy is
-        kept and the tables are read anew at the next query (which tries again), not left at their last
-        copy."""
-        copies: dict[str, str] = {}
+    def _build(self, names: list[str], registered: dict) -> _State:
+        """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the merged
+        views' parts made again from the copies that changed (:meth:`_make_parts`). If one does not fit in
+        memory, nothing new is kept and the tables are read anew at the next query (which tries again),
+        not left at their last copy."""
+        made: set[str] = set()
         try:
             for name in names:
-                copies[name] = self._copy(name, self._state.tables.get(name))
+                what = f"table {name} does"
+                registered[name] = self._copy(name, self._state.tables.get(name))
+                made.add(registered[name])
+            what = "the merged views do"
+            return self._make_parts(registered, made)
         except duckdb.OutOfMemoryException:
-            self._retired.update(set(copies.values()) - _copies(self._state.tables))
+            self._retired.update(made - _held(self._state))
             self._drop_unused()
             for table in names:
                 self._tables[table].forget()
             raise sandbox.QueryError(
-                f"table {name} does not fit in the query engine's memory limit, "
-                f"{sandbox.memory_limit_of(self._db)}; raise the setting "
-                f"query_memory_limit"
+                f"{what} not fit in the query engine's memory limit, "
+                f"{sandbox.memory_limit_of(self._db)}; raise the setting query_memory_limit"
             ) from None
-        return copies
 
     def _copy(self, name: str, previous) -> str:
         """Copy the current version of table ``name`` into the database, in window order if it has
@@ -397,9 +413,70 @@ class Engine:
         with self._lock:
             return Counter(self._copied)
 
-    def _view_sql(self, registered: dict) -> dict[str, str]:
-        partials = self._tables[tables.SPEED_PARTIALS.name].schema
-        return merged_views(self._views, set(registered), set(partials.names) if partials else set())
+    def _contents(self, name: str, registered: dict) -> tuple[str, int] | None:
+        """What the copy of table ``name`` holds, if it has one: its name and its number of files (a copy
+        keeps its name only while its table's versions add files)."""
+        copy, fragments = registered.get(name), self._tables[name].fragments
+        return (copy, len(fragments)) if isinstance(copy, str) and fragments is not None else None
+
+    def _make_parts(self, registered: dict, made: set[str]) -> _State:
+        """The state over ``registered``: each view's parts as tables of the database (a point query binds
+        a union of two tables in a third of the time it binds the merge's SQL), each made again when the
+        copies it is made from changed; the new tables are added to ``made``."""
+        partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
+        schema = self._tables[partials].schema
+        columns = set(schema.names) if schema is not None and partials in registered else set()
+        parts: dict[tuple[str, str], _Part] = {}
+        for name, view in self._views.items():
+            read = {"batch": batch_relation(name), "ledger": ledger} | ({"speed": partials} if name in columns else {})
+            relations = {kind: f'"{registered[table]}"' for kind, table in read.items() if table in registered}
+            for kind, sql in merged_parts(
+                view, relations.get("batch"), relations.get("speed"), relations.get("ledger")
+            ).items():
+                made_from = (self._contents(ledger, registered), self._contents(read[kind], registered))
+                part = self._parts.get((name, kind))
+                if part is None or part.made_from != made_from:
+                    grown = self._tables[partials].appended if kind == "speed" else None
+                    part = self._make_part(view, sql, made_from, part, grown)
+                    made.add(part.table)
+                parts[(name, kind)] = part
+        self._parts = parts
+        views: dict[str, list[str]] = {}
+        for (name, _), part in parts.items():
+            views.setdefault(name, []).append(f'FROM "{part.table}"')
+        return _State(
+            registered,
+            {name: " UNION ALL ".join(found) for name, found in views.items()},
+            frozenset(part.table for part in parts.values()),
+        )
+
+    def _make_part(
+        self, view: View, sql: str, made_from: tuple, previous: _Part | None, grown: ds.FileSystemDataset | None
+    ) -> _Part:
+        """The part of ``view`` that ``sql`` selects from the copies ``made_from``, in window order. If the
+        speed partials' copy it reads only grew since ``previous`` was made, by the files ``grown``,
+        ``previous`` is brought up to date in place: the windows those files touch are made again (a
+        micro-batch's cost, not the table's). Otherwise a new table is made, under a name never used before."""
+        ledger, (copy, files) = made_from
+        if previous is None or grown is None or previous.made_from != (ledger, (copy, files - len(grown.files))):
+            table = f"{view.name}:{next(self._copies)}"
+            self._db.execute(f'CREATE TABLE "{table}" AS SELECT * FROM ({sql}) ORDER BY window_start')
+            return _Part(table, made_from)
+        self._db.register("_added", _unread(grown))
+        window = f"struct_extract(\"{view.name}\", 'window_start')"
+        touched = f"SELECT DISTINCT {window} FROM _added WHERE \"view\" = '{view.name}'"
+        again = sql.replace(f'"{copy}"', f'(SELECT * FROM "{copy}" WHERE {window} IN ({touched}))')
+        try:
+            self._db.execute("BEGIN TRANSACTION")
+            self._db.execute(f'DELETE FROM "{previous.table}" WHERE window_start IN ({touched})')
+            self._db.execute(f'INSERT INTO "{previous.table}" SELECT * FROM ({again}) ORDER BY window_start')
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        finally:
+            self._db.unregister("_added")
+        return _Part(previous.table, made_from)
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse

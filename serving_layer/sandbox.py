@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import duckdb
 
@@ -70,7 +73,7 @@ TOO_DEEP = "refused: expressions nested too deeply; write the query flatter"
 
 
 def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
-    with con.cursor() as fresh:  # ``con`` may be interrupted still (:func:`_interrupt_after`)
+    with con.cursor() as fresh:  # ``con`` may be interrupted still (:class:`_Deadlines`)
         limit = memory_limit_of(fresh)
     return QueryError(
         f"refused: needs more memory than the limit, {limit} (setting query_memory_limit); "
@@ -190,14 +193,53 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
 AGAIN_SECONDS = 0.05
 
 
-def _interrupt_after(con: duckdb.DuckDBPyConnection, timeout: float, done: threading.Event) -> None:
-    """Interrupt ``con``'s query after ``timeout`` seconds, and again until it stopped (``done``): an
-    interrupt that comes before the database started the query is lost, and it would run on for hours."""
-    if done.wait(max(timeout, 0)):
-        return
-    con.interrupt()
-    while not done.wait(AGAIN_SECONDS):
-        con.interrupt()
+class _Deadlines:
+    """One thread that interrupts each running query at its time limit, and again every
+    :data:`AGAIN_SECONDS` until it stopped: an interrupt that comes before the database started the
+    query is lost, and it would run on for hours. (A thread per query cost a point query a tenth of its
+    time.) A query's deadline is dropped under the lock the thread interrupts under, so no interrupt
+    comes after :meth:`limit` ends: it would stop what runs next on the connection (a soak's next query)."""
+
+    def __init__(self) -> None:
+        self._due: dict[object, tuple[float, duckdb.DuckDBPyConnection]] = {}
+        self._changed = threading.Condition()
+        self._wakes = float("inf")  # when the thread wakes next
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def limit(self, con: duckdb.DuckDBPyConnection, timeout: float) -> Iterator[None]:
+        """Interrupt ``con`` once ``timeout`` seconds have passed, until the block ends."""
+        key, deadline = object(), time.monotonic() + max(timeout, 0)
+        with self._changed:
+            self._due[key] = (deadline, con)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="query-time-limits", daemon=True)
+                self._thread.start()
+            if deadline < self._wakes:
+                self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                del self._due[key]
+
+    def _watch(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                self._wakes = self._interrupt(now)
+                self._changed.wait(self._wakes - now if self._due else None)
+
+    def _interrupt(self, now: float) -> float:
+        """Interrupt the queries past their deadline (and put it :data:`AGAIN_SECONDS` on); the next deadline."""
+        for key, (deadline, con) in list(self._due.items()):
+            if deadline <= now:
+                con.interrupt()
+                self._due[key] = (now + AGAIN_SECONDS, con)
+        return min((deadline for deadline, _ in self._due.values()), default=float("inf"))
+
+
+_deadlines = _Deadlines()
 
 
 def run(
@@ -205,22 +247,17 @@ def run(
 ) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
     seconds, refused beyond ``max_rows`` rows."""
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_after, args=(con, timeout, done), daemon=True)
-    interrupter.start()
     try:
-        result = con.execute(sql, params)
-        rows = result.fetchmany(max_rows + 1)
-        con.abort()  # the rows beyond the limit, so that the cursor can be used again
+        with _deadlines.limit(con, timeout):
+            result = con.execute(sql, params)
+            rows = result.fetchmany(max_rows + 1)
+            con.abort()  # the rows beyond the limit, so that the cursor can be used again
     except duckdb.InterruptException:
         raise TimeLimit(timeout) from None
     except duckdb.OutOfMemoryException:
         raise _needs_memory(con) from None
     except duckdb.Error as exc:
         raise QueryError(_one_line(exc)) from None
-    finally:
-        done.set()
-        interrupter.join()  # no interrupt after this: it would stop what runs next on ``con`` (a soak's next query)
     if len(rows) > max_rows:
         raise QueryError(f"more than {max_rows:,} rows (setting query_max_rows); add LIMIT or aggregate")
     return [d[0] for d in result.description or []], rows

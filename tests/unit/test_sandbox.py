@@ -15,13 +15,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from datasketches import hll_sketch
 from deltalake import DeltaTable, write_deltalake
 
 from infra.deployment import Deployment
-from lake import versions
+from lake import merge, versions
 from serving_layer import engine, sandbox
 from serving_layer.sandbox import QueryError
+from views import get
 from views import tables as catalog
+from views.compile import SKETCH_LGK
 from views.timebase import UTC
 
 WINDOW = pa.timestamp("us", "UTC")
@@ -157,16 +160,23 @@ def test_a_time_limit_reached_before_the_query_starts_still_stops_it():
 
 
 def test_no_interrupt_outlives_its_query():
-    """The thread that stops a query at its time limit has ended when the query returns: an interrupt
-    after that would stop whatever runs next on the cursor (in a soak, the next query's registering of
-    its tables)."""
-    con = sandbox.connect("1GB", 1).cursor()
-    before = threading.active_count()
-    with pytest.raises(sandbox.TimeLimit):
-        sandbox.run(con, "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3", 0.05, 10)
-    assert threading.active_count() == before
-    con.register("t", pa.table({"a": [1]}))
-    assert sandbox.run(con, "SELECT a FROM t", 5, 10) == (["a"], [(1,)])
+    """A query's time limit is dropped when the query returns: an interrupt after that would stop whatever
+    runs next on the cursor (in a soak, the next query's registering of its tables). Queries on other
+    cursors meanwhile keep their own limits."""
+    con, other = sandbox.connect("1GB", 1).cursor(), sandbox.connect("1GB", 1).cursor()
+    endless = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"
+    with ThreadPoolExecutor(1) as pool:
+        later = pool.submit(sandbox.run, other, endless, 0.5, 10)
+        with pytest.raises(sandbox.TimeLimit):
+            sandbox.run(con, endless, 0.05, 10)
+        assert not later.done()
+        con.register("t", pa.table({"a": [1]}))
+        for _ in range(3):  # past the time the limit would interrupt again
+            assert sandbox.run(con, "SELECT a FROM t", 5, 10) == (["a"], [(1,)])
+            time.sleep(sandbox.AGAIN_SECONDS)
+        with pytest.raises(sandbox.TimeLimit):
+            later.result(timeout=10)
+    assert sandbox._deadlines._due == {}
 
 
 def test_the_row_limit(settings):
@@ -505,3 +515,81 @@ def test_copied_files_leave_no_metadata_behind(settings):
     gc.collect()
     assert _heap_in_use() - before < 300 * 10_000
     assert len(list(engine._engine(settings)._tables["speed_partials"].dataset.get_fragments())) == 601
+
+
+def _sketch(*users: str) -> bytes:
+    sketch = hll_sketch(SKETCH_LGK)
+    for user in users:
+        sketch.update(user)
+    return sketch.serialize_compact()
+
+
+def _partials(*rows: tuple[datetime, str, int, tuple[str, ...]]) -> pa.Table:
+    """Speed partials of page_views_per_minute: per row its minute, page, views (and rows) and users."""
+    partial = pa.struct(
+        [
+            ("window_start", WINDOW),
+            ("window_end", WINDOW),
+            ("page", pa.string()),
+            ("_rows", pa.int64()),
+            ("views", pa.int64()),
+            ("unique_users_sketch", pa.binary()),
+        ]
+    )
+    return pa.table(
+        {
+            "view": ["page_views_per_minute"] * len(rows),
+            "page_views_per_minute": pa.array(
+                [
+                    {
+                        "window_start": start,
+                        "window_end": start + timedelta(minutes=1),
+                        "page": page,
+                        "_rows": views,
+                        "views": views,
+                        "unique_users_sketch": _sketch(*users),
+                    }
+                    for start, page, views, users in rows
+                ],
+                partial,
+            ),
+            "window_hour": pa.array([start.replace(minute=0) for start, *_ in rows], WINDOW),
+        }
+    )
+
+
+def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
+    """The engine keeps each merged view's batch and speed rows as tables of its own. A micro-batch that
+    appends partials makes again, in place, the windows it touches (a window grown, a window new, a
+    window of a final day ignored); a rewrite of the partials or a new final day makes them anew. Each
+    time the view's rows are the merge's own SQL over the same tables."""
+    path, view = settings.table("speed_partials"), "page_views_per_minute"
+    noon, day_one = datetime(2026, 1, 2, 12, tzinfo=UTC), datetime(2026, 1, 1, 10, tzinfo=UTC)
+    served = lambda: engine.query(settings, f"FROM {view} ORDER BY window_start, page")[1]  # noqa: E731
+    merged = lambda: engine.query(  # noqa: E731
+        settings,
+        merge.merged_sql(get(view), f"batch_{view}", "speed_partials", "serving_state")
+        + " ORDER BY window_start, page",
+    )[1]
+    speed_table = lambda: engine._engine(settings)._parts[(view, "speed")].table  # noqa: E731
+
+    def append(*rows, mode="append"):
+        write_deltalake(path, _partials(*rows), mode=mode, partition_by=["view", "window_hour"])
+
+    append((noon, "/", 2, ("u1", "u2")))
+    assert served() == merged() and [(r[2], r[3], r[4], r[5]) for r in served()[1:]] == [("/", 2, 2, "speed")]
+    first = speed_table()
+    append((noon, "/", 3, ("u2", "u3")), (noon + timedelta(minutes=1), "/a", 1, ("u4",)), (day_one, "/", 5, ("u5",)))
+    rows = served()
+    assert rows == merged() and speed_table() == first
+    assert [(r[0], r[2], r[3], r[4], r[5]) for r in rows] == [
+        (day_one, "/", 3, 2, "batch"),
+        (noon, "/", 5, 3, "speed"),
+        (noon + timedelta(minutes=1), "/a", 1, 1, "speed"),
+    ]
+    append((noon, "/", 1, ("u9",)), mode="overwrite")
+    assert served() == merged() and served()[1][3] == 1 and speed_table() != first
+    write_deltalake(
+        settings.table("serving_state"), pa.table({"view": [view], "day": [date(2026, 1, 2)]}), mode="append"
+    )
+    assert served() == merged() and [r[5] for r in served()] == ["batch"]
