@@ -6,7 +6,6 @@ import ctypes
 import gc
 import os
 import re
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
