@@ -33,10 +33,6 @@ POOLS = """<?xml version="1.0"?>
 </allocations>
 """
 
-#: glibc's malloc arenas for the engine: two, not eight per core (its gRPC, Spark and Delta threads
-#: would each keep memory of their own that a long-lived process never gives back).
-MALLOC = {"MALLOC_ARENA_MAX": "2"}
-
 
 def command(settings: Deployment) -> list[str]:
     """The server's ``spark-submit`` command line."""
@@ -81,7 +77,11 @@ def start(settings: Deployment, timeout: float = 120) -> None:
         from infra.spark_cluster import spark_home
 
         processes.start(
-            settings, NAME, command(settings), env={"SPARK_HOME": str(spark_home()), **MALLOC}, cwd=settings.home
+            settings,
+            NAME,
+            command(settings),
+            env={"SPARK_HOME": str(spark_home()), **processes.FEW_ARENAS},
+            cwd=settings.home,
         )
     processes.wait_until(
         lambda: healthy(settings),

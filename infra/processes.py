@@ -21,6 +21,10 @@ from infra.deployment import Deployment
 T = TypeVar("T")
 #: Where a long operation reports its progress, a line at a time (``print`` by default).
 Say = Callable[[str], object]
+#: glibc's malloc arenas for a long-lived service with many threads (the batch engine's gRPC, Spark and
+#: Delta threads; the HTTP API's request threads): two, not eight per core, each keeping memory of its
+#: own that a long-lived process never gives back.
+FEW_ARENAS = {"MALLOC_ARENA_MAX": "2"}
 
 
 @dataclass(frozen=True)

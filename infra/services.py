@@ -141,7 +141,7 @@ def start_serving(settings: Deployment, timeout: float = 60) -> None:
             settings,
             SERVING,
             [sys.executable, "-m", "lambdalake.cli", "serve"],
-            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO), **processes.FEW_ARENAS},
             cwd=REPO,
         )
     processes.wait_until(
