@@ -51,7 +51,6 @@ from lake.merge import batch_relation, merged_parts
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
 from views import tables
-from views.model import View
 
 
 def base_tables(settings: Deployment) -> tuple[str, ...]:
@@ -302,8 +301,9 @@ class Engine:
             {batch_relation(name): _Table(path) for name, path in versions.serving(settings, self._views, {}).items()}
         )
         self._copies = itertools.count()
-        #: The merged views' parts, by view and part.
+        #: The merged views' parts, by view and part, and the rows of each copy.
         self._parts: dict[tuple[str, str], _Part] = {}
+        self._rows: dict[str, int] = {}
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
         self._state, self._lock = _State(), threading.Lock()
@@ -325,25 +325,26 @@ class Engine:
             return self._refresh()
 
     def _refresh(self, needed: set[str] | None = None) -> _State:
-        """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all); copies the new
-        versions of the tables not :data:`SCANNED`."""
+        """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all) and the views whose
+        batch table is among them; copies the new versions of the tables not :data:`SCANNED`."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
                 changed.append(name)
                 if name == tables.SERVING_VERSIONS.name:
                     self._point_batch_tables()
-        if changed:
-            present = {name for name, t in self._tables.items() if t.fragments is not None}
-            registered: dict = {name: self._tables[name].dataset for name in present & SCANNED}
-            registered.update(
-                {
-                    name: data
-                    for name, data in self._state.tables.items()
-                    if name in present and name not in changed and isinstance(data, str)
-                }
-            )
-            state = self._build([name for name in changed if name in present - SCANNED], registered)
+        present = {name for name, t in self._tables.items() if t.fragments is not None}
+        registered: dict = {name: self._tables[name].dataset for name in present & SCANNED}
+        registered.update(
+            {
+                name: data
+                for name, data in self._state.tables.items()
+                if name in present and name not in changed and isinstance(data, str)
+            }
+        )
+        views = {name for name in self._views if needed is None or batch_relation(name) in needed}
+        state = self._build([name for name in changed if name in present - SCANNED], registered, views)
+        if changed or state.views != self._state.views:
             self._retired.update(_held(self._state) - _held(state))
             self._state = state
             self._drop_unused()
@@ -362,13 +363,14 @@ class Engine:
         unused = self._retired.difference(*(_held(s) for s in self._running))
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
+            self._rows.pop(copy, None)
         self._retired -= unused
 
-    def _build(self, names: list[str], registered: dict) -> _State:
-        """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the merged
-        views' parts made again from the copies that changed (:meth:`_make_parts`). If one does not fit in
-        memory, nothing new is kept and the tables are read anew at the next query (which tries again),
-        not left at their last copy."""
+    def _build(self, names: list[str], registered: dict, views: set[str]) -> _State:
+        """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the parts
+        of the merged ``views`` brought up to date (:meth:`_make_parts`). If one does not fit in memory,
+        nothing new is kept and the tables are read anew at the next query (which tries again), not left
+        at their last copy."""
         made: set[str] = set()
         try:
             for name in names:
@@ -376,7 +378,7 @@ class Engine:
                 registered[name] = self._copy(name, self._state.tables.get(name))
                 made.add(registered[name])
             what = "the merged views do"
-            return self._make_parts(registered, made)
+            return self._make_parts(registered, views, made)
         except duckdb.OutOfMemoryException:
             self._retired.update(made - _held(self._state))
             self._drop_unused()
@@ -408,6 +410,7 @@ class Engine:
         finally:
             self._db.unregister("_version")
         self._copied[name] += 1
+        self._rows[copy] = self._db.execute(f'SELECT count(*) FROM "{copy}"').fetchall()[0][0]
         return copy
 
     def copied(self) -> Counter[str]:
@@ -417,57 +420,57 @@ class Engine:
             return Counter(self._copied)
 
     def _contents(self, name: str, registered: dict) -> tuple[str, int] | None:
-        """What the copy of table ``name`` holds, if it has one: its name and its number of files (a copy
-        keeps its name only while its table's versions add files)."""
-        copy, fragments = registered.get(name), self._tables[name].fragments
-        return (copy, len(fragments)) if isinstance(copy, str) and fragments is not None else None
+        """What the copy of table ``name`` holds, if it has one: its name and its number of rows (a copy
+        keeps its name only while its table's versions add rows, which come after the rows it had)."""
+        copy = registered.get(name)
+        return (copy, self._rows[copy]) if isinstance(copy, str) else None
 
-    def _make_parts(self, registered: dict, made: set[str]) -> _State:
-        """The state over ``registered``: each view's parts as tables of the database (a point query binds
-        a union of two tables in a third of the time it binds the merge's SQL), each made again when the
-        copies it is made from changed; the new tables are added to ``made``."""
+    def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> _State:
+        """The state over ``registered``: each merged view's parts as tables of the database (a point query
+        binds a union of two tables in a third of the time it binds the merge's SQL). The parts of
+        ``views`` are made again if the copies they are made from changed (the new tables added to
+        ``made``); the others' wait until a query reads them."""
         partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
         schema = self._tables[partials].schema
         columns = set(schema.names) if schema is not None and partials in registered else set()
-        parts: dict[tuple[str, str], _Part] = {}
-        for name, view in self._views.items():
+        parts = {key: part for key, part in self._parts.items() if key[0] not in views}
+        for name in views:
             read = {"batch": batch_relation(name), "ledger": ledger} | ({"speed": partials} if name in columns else {})
             relations = {kind: f'"{registered[table]}"' for kind, table in read.items() if table in registered}
             for kind, sql in merged_parts(
-                view, relations.get("batch"), relations.get("speed"), relations.get("ledger")
+                self._views[name], relations.get("batch"), relations.get("speed"), relations.get("ledger")
             ).items():
                 made_from = (self._contents(ledger, registered), self._contents(read[kind], registered))
                 part = self._parts.get((name, kind))
                 if part is None or part.made_from != made_from:
-                    grown = self._tables[partials].appended if kind == "speed" else None
-                    part = self._make_part(view, sql, made_from, part, grown)
+                    part = self._make_part(name, sql, made_from, part if kind == "speed" else None)
                     made.add(part.table)
                 parts[(name, kind)] = part
         self._parts = parts
-        views: dict[str, list[str]] = {}
-        for (name, _), part in parts.items():
-            views.setdefault(name, []).append(f'FROM "{part.table}"')
+        found: dict[str, list[str]] = {}
+        for (name, _), part in sorted(parts.items()):
+            found.setdefault(name, []).append(f'FROM "{part.table}"')
         return _State(
             registered,
-            {name: " UNION ALL ".join(found) for name, found in views.items()},
+            {name: " UNION ALL ".join(sources) for name, sources in found.items()},
             frozenset(part.table for part in parts.values()),
         )
 
-    def _make_part(
-        self, view: View, sql: str, made_from: tuple, previous: _Part | None, grown: ds.FileSystemDataset | None
-    ) -> _Part:
-        """The part of ``view`` that ``sql`` selects from the copies ``made_from``, in window order. If the
-        speed partials' copy it reads only grew since ``previous`` was made, by the files ``grown``,
-        ``previous`` is brought up to date in place: the windows those files touch are made again (a
-        micro-batch's cost, not the table's). Otherwise a new table is made, under a name never used before."""
-        ledger, (copy, files) = made_from
-        if previous is None or grown is None or previous.made_from != (ledger, (copy, files - len(grown.files))):
-            table = f"{view.name}:{next(self._copies)}"
+    def _make_part(self, view: str, sql: str, made_from: tuple, previous: _Part | None) -> _Part:
+        """The part of ``view`` that ``sql`` selects from the copies ``made_from``, in window order. If it
+        is a speed part whose copy of the partials only grew since ``previous`` was made from it (the
+        ledger the same), ``previous`` is brought up to date in place: the windows of the new rows are
+        made again (a micro-batch's cost, not the table's). Otherwise a new table is made, under a name
+        never used before."""
+        ledger, (copy, _) = made_from
+        if previous is None or previous.made_from[0] != ledger or previous.made_from[1][0] != copy:
+            table = f"{view}:{next(self._copies)}"
             self._db.execute(f'CREATE TABLE "{table}" AS SELECT * FROM ({sql}) ORDER BY window_start')
             return _Part(table, made_from)
-        self._db.register("_added", _unread(grown))
-        window = f"struct_extract(\"{view.name}\", 'window_start')"
-        touched = f"SELECT DISTINCT {window} FROM _added WHERE \"view\" = '{view.name}'"
+        window = f"struct_extract(\"{view}\", 'window_start')"
+        touched = (
+            f'SELECT DISTINCT {window} FROM "{copy}" WHERE rowid >= {previous.made_from[1][1]} AND "view" = \'{view}\''
+        )
         again = sql.replace(f'"{copy}"', f'(SELECT * FROM "{copy}" WHERE {window} IN ({touched}))')
         try:
             self._db.execute("BEGIN TRANSACTION")
@@ -477,8 +480,6 @@ class Engine:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        finally:
-            self._db.unregister("_added")
         return _Part(previous.table, made_from)
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
