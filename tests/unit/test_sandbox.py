@@ -560,8 +560,8 @@ def _partials(*rows: tuple[datetime, str, int, tuple[str, ...]]) -> pa.Table:
 def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
     """The engine keeps each merged view's batch and speed rows as tables of its own. A micro-batch that
     appends partials makes again, in place, the windows it touches (a window grown, a window new, a
-    window of a final day ignored); a rewrite of the partials or a new final day makes them anew. Each
-    time the view's rows are the merge's own SQL over the same tables."""
+    window of a final day ignored), when a query reads the view; a rewrite of the partials or a new
+    final day makes them anew. Each time the view's rows are the merge's own SQL over the same tables."""
     path, view = settings.table("speed_partials"), "page_views_per_minute"
     noon, day_one = datetime(2026, 1, 2, 12, tzinfo=UTC), datetime(2026, 1, 1, 10, tzinfo=UTC)
     served = lambda: engine.query(settings, f"FROM {view} ORDER BY window_start, page")[1]  # noqa: E731
@@ -577,8 +577,10 @@ def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
 
     append((noon, "/", 2, ("u1", "u2")))
     assert served() == merged() and [(r[2], r[3], r[4], r[5]) for r in served()[1:]] == [("/", 2, 2, "speed")]
-    first = speed_table()
+    first, made_from = speed_table(), engine._engine(settings)._parts[(view, "speed")].made_from
     append((noon, "/", 3, ("u2", "u3")), (noon + timedelta(minutes=1), "/a", 1, ("u4",)), (day_one, "/", 5, ("u5",)))
+    engine.query(settings, "SELECT count(*) FROM speed_partials")  # copies the new rows; the view waits
+    assert engine._engine(settings)._parts[(view, "speed")].made_from == made_from
     rows = served()
     assert rows == merged() and speed_table() == first
     assert [(r[0], r[2], r[3], r[4], r[5]) for r in rows] == [
