@@ -11,6 +11,7 @@ needs more than its memory limit (it never spills to disk).
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -201,6 +202,10 @@ class _Deadlines:
     comes after :meth:`limit` ends: it would stop what runs next on the connection (a soak's next query)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Start with no deadline and no thread (as a forked child does: it has none of its parent's threads)."""
         self._due: dict[object, tuple[float, duckdb.DuckDBPyConnection]] = {}
         self._changed = threading.Condition()
         self._wakes = float("inf")  # when the thread wakes next
@@ -231,7 +236,7 @@ class _Deadlines:
                 self._changed.wait(self._wakes - now if self._due else None)
 
     def _interrupt(self, now: float) -> float:
-        """Interrupt the queries past their deadline (and put it :data:`AGAIN_SECONDS` on); the next deadline."""
+        """Interrupt the queries past their deadline, each again :data:`AGAIN_SECONDS` later; the next deadline."""
         for key, (deadline, con) in list(self._due.items()):
             if deadline <= now:
                 con.interrupt()
@@ -240,6 +245,7 @@ class _Deadlines:
 
 
 _deadlines = _Deadlines()
+os.register_at_fork(after_in_child=_deadlines.reset)
 
 
 def run(
