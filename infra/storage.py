@@ -1,7 +1,7 @@
 """The table storage's folders, through fsspec: a local folder or a filesystem URI (the ``storage``
 setting). Spark reads and writes the tables through Hadoop and delta-rs through its own object store
 client; what neither does (list a folder's tables, delete one, tell when one was last written, read
-what a local table's new commits appended) is here.
+what a local table's new commits added and removed) is here.
 fsspec serves ``file://`` and local paths itself; ``s3a://`` needs s3fs installed, ``abfss://`` adlfs."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fsspec.core import url_to_fs
 from views.tables import opened
 
 LOG = "_delta_log"
-#: The actions of a commit that only adds files (a stream's micro-batch, an append).
-APPENDING = frozenset({"add", "commitInfo", "txn"})
+#: The actions of a commit that only adds and removes files (a stream's micro-batch, an append, a compaction).
+FILE_ACTIONS = frozenset({"add", "remove", "commitInfo", "txn"})
 
 
 def _fs(location: str):
@@ -78,24 +78,25 @@ def last_written(location: str) -> float:
     return max((fs.modified(found).timestamp() for found in fs.find(path)), default=0.0)
 
 
-def appended(folder: str, version: int) -> tuple[int, list[dict]] | None:
+def read_on(folder: str, version: int) -> tuple[int, list[dict], list[dict]] | None:
     """The Delta table in local ``folder`` read on from ``version`` by its log alone, if its commits since
-    then only added files (under its folder): the version it is at and their ``add`` actions. None if a
-    commit did more (removed files, changed the schema) or the log no longer holds ``version``: read
-    the table anew.
+    then only added and removed files (under its folder, without deletion vectors): the version it is at,
+    their ``add`` actions and their ``remove`` actions. None if a commit did more (changed the schema) or
+    the log no longer holds ``version``: read the table anew.
     (delta-rs reads a table's whole state again to move to a new version: 50 ms at 10,000 files, where
     a micro-batch's commit is a few lines.)"""
-    log, adds = os.path.join(folder, LOG), list[dict]()
+    log, adds, removes = os.path.join(folder, LOG), list[dict](), list[dict]()
     while True:
         try:
             with open(os.path.join(log, f"{version + 1:020d}.json"), encoding="utf-8") as commit:
                 actions = [json.loads(line) for line in commit if line.strip()]
         except FileNotFoundError:  # the latest, unless the log was cleaned up past it
-            return (version, adds) if os.path.exists(os.path.join(log, f"{version:020d}.json")) else None
-        added = [action["add"] for action in actions if "add" in action]
-        if not all(action.keys() <= APPENDING for action in actions) or any(
-            "://" in add["path"] or add.get("deletionVector") for add in added
+            return (version, adds, removes) if os.path.exists(os.path.join(log, f"{version:020d}.json")) else None
+        files = [action[kind] for action in actions for kind in ("add", "remove") if kind in action]
+        if not all(action.keys() <= FILE_ACTIONS for action in actions) or any(
+            "://" in file["path"] or file.get("deletionVector") for file in files
         ):
             return None
-        adds += added
+        adds += [action["add"] for action in actions if "add" in action]
+        removes += [action["remove"] for action in actions if "remove" in action]
         version += 1

@@ -170,6 +170,9 @@ class _Table:
         self._dataset: ds.FileSystemDataset | None = None
         #: What the last change added to the files before it, if it only added files (see :func:`_appended`).
         self.appended: ds.FileSystemDataset | None = None
+        #: Whether the last change only rearranged the rows in other files (Delta's ``dataChange`` false:
+        #: an OPTIMIZE, the speed layer's packing), read from the log alone.
+        self.rearranged = False
 
     @property
     def dataset(self) -> ds.FileSystemDataset | None:
@@ -191,10 +194,10 @@ class _Table:
             if stamp == self.stamp and time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
                 return False
             if self.version is not None and self.stamp is not None and stamp[0] == self.stamp[0]:
-                read = storage.appended(local, self.version)
+                read = storage.read_on(local, self.version)
                 if read is not None:
                     self.stamp = stamp
-                    return self._grow(*read)
+                    return self._move(*read)
         try:
             if self.table is None or (stamp and self.stamp and stamp[0] != self.stamp[0]):
                 self.table = DeltaTable(self.path)
@@ -206,16 +209,16 @@ class _Table:
         if self.table.version() == self.version:
             return False
         whole = self.table.to_pyarrow_dataset()
-        self.appended = _appended(self.fragments, self.schema, whole)
+        self.appended, self.rearranged = _appended(self.fragments, self.schema, whole), False
         self.version, self.fragments, self._dataset = self.table.version(), list(whole.get_fragments()), whole
         self.schema, self._format, self._filesystem = whole.schema, whole.format, whole.filesystem
         return True
 
-    def _grow(self, version: int, adds: list[dict]) -> bool:
-        """Move to ``version`` by adding the files of ``adds`` (Delta add actions); whether that changed
-        the table."""
+    def _move(self, version: int, adds: list[dict], removes: list[dict]) -> bool:
+        """Move to ``version`` by adding the files of ``adds`` and dropping those of ``removes`` (Delta add
+        and remove actions); whether that changed the table's files."""
         self.version = version
-        if not adds:
+        if not adds and not removes:
             return False
         assert self.fragments is not None and self._format is not None  # read on from a version read before
         added = [
@@ -224,14 +227,17 @@ class _Table:
             )
             for add in adds
         ]
-        self.appended = ds.FileSystemDataset(added, self.schema, self._format, self._filesystem)
-        self.fragments, self._dataset = [*self.fragments, *added], None
+        removed = {unquote(remove["path"]) for remove in removes}
+        self.appended = None if removed else ds.FileSystemDataset(added, self.schema, self._format, self._filesystem)
+        self.rearranged = bool(removed) and not any(file.get("dataChange", True) for file in adds + removes)
+        self.fragments = [fragment for fragment in [*self.fragments, *added] if fragment.path not in removed]
+        self._dataset = None
         return True
 
     def forget(self) -> bool:
         """Forget what was read (the next :meth:`changed` reads the table anew); whether there was data."""
         gone = self.fragments is not None
-        self.stamp, self.table, self.version, self.appended = None, None, None, None
+        self.stamp, self.table, self.version, self.appended, self.rearranged = None, None, None, None, False
         self.fragments, self.schema, self._format, self._filesystem, self._dataset = None, None, None, None, None
         return gone
 
@@ -253,11 +259,14 @@ def _held(state: _State) -> set[str]:
 
 @dataclass(frozen=True)
 class _Part:
-    """A part of a merged view (``lake.merge.merged_parts``) kept as a table of the database, and the
-    contents of the copies it was made from (:meth:`Engine._contents`)."""
+    """A part of a merged view (``lake.merge.merged_parts``) kept as a table of the database, the contents
+    of the copies it was made from (:meth:`Engine._contents`), its rows, and the rows deleted from it
+    since it was made (the database holds those until the table is dropped)."""
 
     table: str
     made_from: tuple
+    rows: int
+    deleted: int = 0
 
 
 class _Cursor:
@@ -326,7 +335,8 @@ class Engine:
 
     def _refresh(self, needed: set[str] | None = None) -> _State:
         """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all) and the views whose
-        batch table is among them; copies the new versions of the tables not :data:`SCANNED`."""
+        batch table is among them; copies the new versions of the tables not :data:`SCANNED` (unless a
+        version only rearranged the rows of the last one copied)."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -339,11 +349,11 @@ class Engine:
             {
                 name: data
                 for name, data in self._state.tables.items()
-                if name in present and name not in changed and isinstance(data, str)
+                if name in present and (name not in changed or self._tables[name].rearranged) and isinstance(data, str)
             }
         )
         views = {name for name in self._views if needed is None or batch_relation(name) in needed}
-        state = self._build([name for name in changed if name in present - SCANNED], registered, views)
+        state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
             self._retired.update(_held(self._state) - _held(state))
             self._state = state
@@ -402,15 +412,14 @@ class Engine:
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
         self._db.register("_version", _unread(table.appended if grown else table.dataset))
         try:
-            self._db.execute(
-                f'INSERT INTO "{copy}" FROM _version{order}'
+            self._rows[copy] = (
+                self._rows[copy] + self._count(f'INSERT INTO "{copy}" FROM _version{order}')
                 if grown
-                else f'CREATE TABLE "{copy}" AS FROM _version{order}'
+                else self._count(f'CREATE TABLE "{copy}" AS FROM _version{order}')
             )
         finally:
             self._db.unregister("_version")
         self._copied[name] += 1
-        self._rows[copy] = self._db.execute(f'SELECT count(*) FROM "{copy}"').fetchall()[0][0]
         return copy
 
     def copied(self) -> Counter[str]:
@@ -460,13 +469,12 @@ class Engine:
         """The part of ``view`` that ``sql`` selects from the copies ``made_from``, in window order. If it
         is a speed part whose copy of the partials only grew since ``previous`` was made from it (the
         ledger the same), ``previous`` is brought up to date in place: the windows of the new rows are
-        made again (a micro-batch's cost, not the table's). Otherwise a new table is made, under a name
-        never used before."""
+        made again (a micro-batch's cost, not the table's). Otherwise, or once the rows deleted from it
+        outnumber its rows (so that what it holds stays in proportion to its rows), a new table is made,
+        under a name never used before."""
         ledger, (copy, _) = made_from
         if previous is None or previous.made_from[0] != ledger or previous.made_from[1][0] != copy:
-            table = f"{view}:{next(self._copies)}"
-            self._db.execute(f'CREATE TABLE "{table}" AS SELECT * FROM ({sql}) ORDER BY window_start')
-            return _Part(table, made_from)
+            return self._new_part(view, f"SELECT * FROM ({sql})", made_from)
         window = f"struct_extract(\"{view}\", 'window_start')"
         touched = (
             f'SELECT DISTINCT {window} FROM "{copy}" WHERE rowid >= {previous.made_from[1][1]} AND "view" = \'{view}\''
@@ -474,13 +482,23 @@ class Engine:
         again = sql.replace(f'"{copy}"', f'(SELECT * FROM "{copy}" WHERE {window} IN ({touched}))')
         try:
             self._db.execute("BEGIN TRANSACTION")
-            self._db.execute(f'DELETE FROM "{previous.table}" WHERE window_start IN ({touched})')
-            self._db.execute(f'INSERT INTO "{previous.table}" SELECT * FROM ({again}) ORDER BY window_start')
+            deleted = self._count(f'DELETE FROM "{previous.table}" WHERE window_start IN ({touched})')
+            added = self._count(f'INSERT INTO "{previous.table}" SELECT * FROM ({again}) ORDER BY window_start')
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        return _Part(previous.table, made_from)
+        part = _Part(previous.table, made_from, previous.rows - deleted + added, previous.deleted + deleted)
+        return self._new_part(view, f'FROM "{part.table}"', made_from) if part.deleted > part.rows else part
+
+    def _new_part(self, view: str, sql: str, made_from: tuple) -> _Part:
+        """A part of ``view`` made anew from ``sql``, in window order."""
+        table = f"{view}:{next(self._copies)}"
+        return _Part(table, made_from, self._count(f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start'))
+
+    def _count(self, statement: str) -> int:
+        """Run ``statement``; the rows it wrote or deleted."""
+        return self._db.execute(statement).fetchall()[0][0]
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse

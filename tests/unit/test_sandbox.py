@@ -594,3 +594,67 @@ def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
         settings.table("serving_state"), pa.table({"view": [view], "day": [date(2026, 1, 2)]}), mode="append"
     )
     assert served() == merged() and [r[5] for r in served()] == ["batch"]
+
+
+def test_a_speed_part_is_made_anew_once_it_held_more_deleted_rows_than_rows(settings):
+    """Rows deleted from a table stay in DuckDB's memory until the table is dropped: a speed part that
+    micro-batches keep updating in place is copied anew once its deleted rows outnumber its rows, so
+    that what it holds stays in proportion to the view."""
+    path, view = settings.table("speed_partials"), "page_views_per_minute"
+    noon = datetime(2026, 1, 3, 12, tzinfo=UTC)  # a day no test made final
+    served = lambda: engine.query(  # noqa: E731
+        settings, f"FROM {view} WHERE window_start = TIMESTAMPTZ '{noon}' ORDER BY page"
+    )[1]
+    part = lambda: engine._engine(settings)._parts[(view, "speed")]  # noqa: E731
+    pages = [f"/{n}" for n in range(3)]
+    write_deltalake(
+        path,
+        _partials(*((noon, page, 1, ("u1",)) for page in pages)),
+        mode="overwrite",
+        partition_by=["view", "window_hour"],
+    )
+    served()
+    tables_made = [part().table]
+    for views in range(2, 8):
+        write_deltalake(path, _partials((noon, "/0", 1, ("u1",))), mode="append", partition_by=["view", "window_hour"])
+        rows = served()
+        assert [(r[2], r[3]) for r in rows] == [("/0", views), ("/1", 1), ("/2", 1)]
+        assert part().deleted <= part().rows == 3
+        tables_made.append(part().table)
+    assert tables_made == [tables_made[0]] * 2 + [tables_made[2]] * 2 + [tables_made[4]] * 2 + [tables_made[6]]
+    assert len(set(tables_made)) == 4
+
+
+def test_a_version_that_only_rearranged_rows_keeps_the_copy_and_the_views(settings):
+    """A compaction that rewrites files without changing the rows (Delta's dataChange false: the speed
+    layer's packing, OPTIMIZE) is read from the log and copies nothing: the copy and the views' parts
+    stay, and the next micro-batch's rows are inserted into the same copy."""
+    path, view, noon = settings.table("speed_partials"), "page_views_per_minute", datetime(2026, 1, 3, 12, tzinfo=UTC)
+    served = lambda: engine.query(  # noqa: E731
+        settings, f"FROM {view} WHERE window_start >= TIMESTAMPTZ '{noon}' ORDER BY window_start, page"
+    )[1]
+    kept = lambda: (  # noqa: E731
+        engine._engine(settings).refresh().tables["speed_partials"],
+        engine._engine(settings)._parts[(view, "speed")],
+        engine.copied(settings)["speed_partials"],
+    )
+    for n in range(3):
+        write_deltalake(
+            path,
+            _partials((noon + timedelta(minutes=n), "/", 1, ("u1",))),
+            mode="overwrite" if n == 0 else "append",
+            partition_by=["view", "window_hour"],
+        )
+        before = served()
+    copy, part, copies = kept()
+    DeltaTable(path).optimize.compact()
+    assert DeltaTable(path).get_add_actions().num_rows == 1
+    assert served() == before and kept() == (copy, part, copies)
+    write_deltalake(
+        path,
+        _partials((noon + timedelta(minutes=3), "/", 1, ("u1",))),
+        mode="append",
+        partition_by=["view", "window_hour"],
+    )
+    assert [r[0] for r in served()] == [noon + timedelta(minutes=n) for n in range(4)]
+    assert kept()[0] == copy and kept()[2] == copies + 1
