@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from urllib.parse import unquote
 
 import duckdb
@@ -123,17 +123,24 @@ def _unread(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
     return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
+def _partition_value(text: str, kind: pa.DataType) -> pa.Scalar:
+    """A partition value from Delta's text of it: a timestamp's is in UTC without an offset (delta-rs)
+    or in ISO 8601 with one (Spark)."""
+    if not pa.types.is_timestamp(kind):
+        return pa.scalar(text).cast(kind)
+    at = datetime.fromisoformat(text)
+    at = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+    return pa.scalar(at if kind.tz else at.replace(tzinfo=None), kind)
+
+
 def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
-    """What every row of a data file meets, from its Delta add action: its partition values (Delta's
-    text of each, a timestamp's in UTC without an offset), and the range of each time, date and integer
-    column its statistics give (a time's to the millisecond), so that a scan can skip the file."""
+    """What every row of a data file meets, from its Delta add action: its partition values
+    (:func:`_partition_value`), and the range of each time, date and integer column its statistics give
+    (a time's to the millisecond), so that a scan can skip the file."""
     expression = ds.scalar(True)
     for name, text in add["partitionValues"].items():
         kind = schema.field(name).type
-        naive = pa.timestamp(kind.unit) if pa.types.is_timestamp(kind) and kind.tz else kind
-        expression &= (
-            ds.field(name).is_null() if text is None else ds.field(name) == pa.scalar(text).cast(naive).cast(kind)
-        )
+        expression &= ds.field(name).is_null() if text is None else ds.field(name) == _partition_value(text, kind)
     stats = json.loads(add.get("stats") or "{}")
     low, high, nulls = (stats.get(key) or {} for key in ("minValues", "maxValues", "nullCount"))
     for name in low.keys() & high.keys() & set(schema.names):

@@ -356,6 +356,15 @@ def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(sett
     assert rows()[-1] == ("e", date(2026, 1, 6), 1) and len(rows()) == 3 and table.appended.count_rows() == 1
 
 
+def test_a_timestamp_partition_value_is_read_in_either_form_delta_writes():
+    """delta-rs writes a timestamp partition value in UTC without an offset, Spark's Delta writer in ISO
+    8601 with one: both give the file the same guarantee."""
+    schema, hour = pa.schema([("window_hour", WINDOW)]), datetime(2026, 6, 1, tzinfo=UTC)
+    expected = ds.field("window_hour") == pa.scalar(hour, WINDOW)
+    for text in ("2026-06-01 00:00:00.000000", "2026-06-01T00:00:00.000000Z", "2026-06-01T02:00:00+02:00"):
+        assert engine._guarantee({"partitionValues": {"window_hour": text}}, schema).equals(ds.scalar(True) & expected)
+
+
 def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     """A partitioned table's appended files, read from its new commits alone, carry their partition
     values (a timestamp, a string, a null) and their statistics' ranges (a time to the microsecond, an
