@@ -716,6 +716,12 @@ def _views(differing: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"{name} {wrong} of {rows:,}" for name, (wrong, rows) in differing.items())
 
 
+def _failed(errors: collections.Counter[str]) -> str:
+    """Point queries that failed, with their outcomes."""
+    causes = "; ".join(f"{n} `{outcome}`" for outcome, n in errors.most_common())
+    return f"{errors.total()} point queries failed" + (f" ({causes})" if causes else "")
+
+
 def _ms(seconds: list[float], q: float) -> str:
     return f"{live.percentile(seconds, q) * 1000:,.1f} ms"
 
@@ -775,7 +781,7 @@ def render_reliability(
             f"≤ 50 ms: {_met(live.percentile(points, 0.99) <= 0.05)}); the same clients alone just before, "
             f"{len(queries.alone):,} point queries: p50 {_ms(queries.alone, 0.5)}, p99 {_ms(queries.alone, 0.99)} "
             f"(p99 beside the bad clients {live.percentile(points, 0.99) / live.percentile(queries.alone, 0.99):.2f}x "
-            f"alone); {queries.point_errors} point queries failed; the server answered its health check throughout: "
+            f"alone); {_failed(queries.point_errors)}; the server answered its health check throughout: "
             f"{'yes' if queries.server_up else '**no**'}.",
             "",
             "| bad query | sent | outcomes (HTTP status: the one-line error) |",

@@ -222,7 +222,8 @@ class Queries:
     #: Seconds each point query took beside the bad clients, and alone (before they started).
     points: list[float] = field(default_factory=list)
     alone: list[float] = field(default_factory=list)
-    point_errors: int = 0
+    #: Point queries that were not answered: outcome (HTTP status and its one-line error) -> count.
+    point_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     server_up: bool = True
 
 
@@ -783,7 +784,8 @@ def hostile_queries(settings: Deployment, say: Say) -> Queries:
                 )
                 with lock:
                     found.append(time.perf_counter() - began)
-                    result.point_errors += outcome != ANSWERED
+                    if outcome != ANSWERED:
+                        result.point_errors[outcome] += 1
 
         return [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
 
