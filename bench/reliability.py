@@ -198,6 +198,8 @@ class SoakWindow:
     minute: float
     speed_mb: int
     serving_mb: int
+    #: Of the HTTP API's memory, what its query engine holds (the tables' copies, the views' parts), MB.
+    engine_mb: float
     raw_events_files: int
     speed_partials_files: int
     checkpoints_mb: float
@@ -600,6 +602,7 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
                     (end - began) / 60,
                     _resident_mb(processes.running_pid(settings, services.SPEED)),
                     _resident_mb(processes.running_pid(settings, services.SERVING)),
+                    requests.get(settings.serve_url + "health", timeout=60).json()["query_engine"]["memory_mb"],
                     _files(settings, "raw_events"),
                     _files(settings, "speed_partials"),
                     _disk_mb(settings.checkpoints),

@@ -4,7 +4,7 @@
 - ``GET /views/{name}``: a view's merged rows, with a time range, key filters and pagination, each row
   with its ``source`` (batch or speed) and ``is_final``;
 - ``POST /query``: one sandboxed SELECT (serving_layer.sandbox), as ``lambdalake query`` runs it;
-- ``GET /health``: the speed layer, dead letters, and per view its final and provisional days;
+- ``GET /health``: the speed layer, the engines, dead letters, and per view its final and provisional days;
 - ``GET /``: the dashboard (serving_layer/dashboard), with plotly.js from the plotly package.
 
 The OpenAPI description is at ``/openapi.json``. Bound to a loopback address the API is open; bound to
@@ -159,7 +159,7 @@ def query(settings: Served, body: Sql) -> client.Rows:
     return client.sent(*_run(settings, body.sql))
 
 
-@data.get("/health", summary="Speed layer, dead letters, and each view's days")
+@data.get("/health", summary="Speed layer, engines, dead letters, and each view's days")
 def health(settings: Served) -> catalog.Health:
     return catalog.health(settings)
 

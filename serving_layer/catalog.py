@@ -118,11 +118,20 @@ class ViewHealth(BaseModel):
     last_quality_check: SuiteCheck | None
 
 
+class QueryEngineHealth(BaseModel):
+    """What the query engine holds in memory (its copies of the tables, the views' parts, the queries
+    running), against its limit (setting ``query_memory_limit``)."""
+
+    memory_mb: float
+    memory_limit: str
+
+
 class Health(BaseModel):
     """The serving side's health (``GET /health``)."""
 
     speed_layer: SpeedHealth
     batch_engine: dict[str, Any]
+    query_engine: QueryEngineHealth
     speed_rows_written: datetime | None
     speed_rows_age_seconds: float | None
     dead_letters: int
@@ -215,9 +224,9 @@ def _last_commit(settings: Deployment, table: tables.Table) -> datetime | None:
 
 
 def health(settings: Deployment) -> Health:
-    """The serving side's health: the speed layer (lag, last micro-batch), when speed rows were last
-    written, dead letters, and per view its final and provisional days, late events, newest window and
-    last data-quality check."""
+    """The serving side's health: the speed layer (lag, last micro-batch), the query engine's memory,
+    when speed rows were last written, dead letters, and per view its final and provisional days, late
+    events, newest window and last data-quality check."""
     speed = services.speed_health(settings)
     written = _last_commit(settings, tables.SPEED_PARTIALS)
     late = {
@@ -242,6 +251,7 @@ def health(settings: Deployment) -> Health:
             late_events=int((late.get(view.name) or {}).get("events") or 0),
             last_quality_check=checks.suites.get(f"view.{view.name}"),
         )
+    held, limit = engine.memory(settings)
     return Health(
         speed_layer=SpeedHealth(running=False, problem=services.speed_problem(settings))
         if speed is None
@@ -255,6 +265,7 @@ def health(settings: Deployment) -> Health:
             last_micro_batch=speed.steps or None,
         ),
         batch_engine={key: value for key, value in asdict(batch_engine.status(settings)).items() if key != "pid"},
+        query_engine=QueryEngineHealth(memory_mb=round(held / 2**20, 1), memory_limit=limit),
         speed_rows_written=written,
         speed_rows_age_seconds=None if written is None else round(time.time() - written.timestamp(), 3),
         dead_letters=dead["records"],

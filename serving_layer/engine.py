@@ -435,6 +435,12 @@ class Engine:
         with self._lock:
             return Counter(self._copied)
 
+    def memory(self) -> tuple[int, str]:
+        """The bytes the database holds now (its copies, the views' parts, running queries) and its limit."""
+        with self._lock:
+            [(held,)] = self._db.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()
+            return int(held), sandbox.memory_limit_of(self._db)
+
     def _contents(self, name: str, registered: dict) -> tuple[str, int] | None:
         """What the copy of table ``name`` holds, if it has one: its name and its number of rows (a copy
         keeps its name only while its table's versions add rows, which come after the rows it had)."""
@@ -644,6 +650,11 @@ def query(settings: Deployment, sql: str, params: dict | None = None) -> tuple[l
 def copied(settings: Deployment) -> Counter[str]:
     """How many versions of each table the engine for ``settings`` has copied so far (:meth:`Engine.copied`)."""
     return _engine(settings).copied()
+
+
+def memory(settings: Deployment) -> tuple[int, str]:
+    """The bytes the engine for ``settings`` holds and its limit (:meth:`Engine.memory`)."""
+    return _engine(settings).memory()
 
 
 def with_data(settings: Deployment) -> set[str]:

@@ -17,7 +17,7 @@ from domains.clickstream import generator
 from domains.sample import Mix
 from infra import processes, services
 from infra.deployment import REPO, load
-from serving_layer import client, engine
+from serving_layer import client, engine, sandbox
 from speed_layer import queries
 from speed_layer.fold import Fold
 from tests.browser import chromium, screenshot
@@ -161,8 +161,11 @@ def test_the_command_line_asks_the_running_api_and_answers_alike_without_it(serv
     ]
 
 
-def test_health_reports_days_dead_letters_freshness_and_the_batch_engine(served):
+def test_health_reports_days_dead_letters_freshness_and_the_engines(served):
     health = _get(served, "/health").json()
+    limit = sandbox.memory_limit_of(sandbox.connect(served.query_memory_limit, 1))
+    assert health["query_engine"]["memory_limit"] == limit
+    assert 0 < health["query_engine"]["memory_mb"] < 1024  # the views' copies, read for /health itself
     assert health["batch_engine"] == {
         "running": False,
         "healthy": False,
