@@ -943,10 +943,9 @@ def main(argv: list[str] | None = None) -> int:
             REPORT.write_text(HEADER + "\n" + "\n".join(parts[name] for name in PARTS if name in parts))
             say(f"wrote the {part} part of {REPORT.relative_to(REPO)}")
     except (processes.ServiceError, RuntimeError, TimeoutError) as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
+        print(f"bench: error: {exc}\nbench: the deployments, with their logs, are kept in {root}", file=sys.stderr)
         return 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
