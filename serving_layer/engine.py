@@ -26,6 +26,8 @@ switch shows at the next query, whole, and a query runs on one state (one versio
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
 import itertools
 import json
 import os
@@ -426,6 +428,8 @@ class Engine:
             )
         finally:
             self._db.unregister("_version")
+        if not grown:
+            _give_back_freed()
         self._copied[name] += 1
         return copy
 
@@ -616,6 +620,18 @@ class Engine:
                 cursor.con.close()
             self._idle.clear()
             self._db.close()
+
+
+#: glibc's ``malloc_trim``, if the process has it (None with another C library).
+_MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+
+
+def _give_back_freed() -> None:
+    """Give the memory that malloc holds free back to the system. Reading a table's files whole leaves
+    most of what it took free but held: 418 small files of speed partials took a process from 231 to
+    413 MB, and 340 MB after this (Arrow's share only if it allocates from malloc, as the API has it)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _lower_priority() -> None:
