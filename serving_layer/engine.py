@@ -327,8 +327,6 @@ class Engine:
         #: ``_lock`` guards the state and the cursors, ``_writing`` the database's tables: whoever copies,
         #: makes parts or drops holds it (taken before ``_lock``, never while holding it).
         self._state, self._lock, self._writing = _State(), threading.Lock(), threading.Lock()
-        #: The tables whose Delta log a refresh has looked at (the state registers those that had data).
-        self._looked_at: set[str] = set()
         self._idle: list[_Cursor] = []
         #: States that queries are running on, and copies no longer current (dropped once unused).
         self._running: Counter[_State] = Counter()
@@ -366,8 +364,6 @@ class Engine:
             }
         )
         views = {name for name in self._views if needed is None or batch_relation(name) in needed}
-        with self._lock:
-            self._looked_at.update(self._tables if needed is None else needed & self._tables.keys())
         state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
             with self._lock:
@@ -589,11 +585,11 @@ class Engine:
 
     def _state_for(self, needed: set[str] | None) -> _State:
         """The state a query of the tables ``needed`` (None: all) runs on, counted as running: brought up
-        to date by the query, or, while another query is bringing it up to date, the last one if a refresh
-        looked at them (a query does not wait behind another's refresh; it answers one refresh older)."""
+        to date by the query, or, while another query is bringing it up to date, the last one if that
+        registers them (a query does not wait behind another's refresh; it answers one refresh older)."""
         if not self._writing.acquire(blocking=False):
             with self._lock:
-                if needed is not None and needed <= self._looked_at:
+                if needed is not None and needed <= self._state.tables.keys():
                     self._running[self._state] += 1
                     return self._state
             self._writing.acquire()
