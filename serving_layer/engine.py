@@ -324,9 +324,7 @@ class Engine:
         self._rows: dict[str, int] = {}
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
-        #: ``_lock`` guards the state and the cursors, ``_writing`` the database's tables: whoever copies,
-        #: makes parts or drops holds it (taken before ``_lock``, never while holding it).
-        self._state, self._lock, self._writing = _State(), threading.Lock(), threading.Lock()
+        self._state, self._lock = _State(), threading.Lock()
         self._idle: list[_Cursor] = []
         #: States that queries are running on, and copies no longer current (dropped once unused).
         self._running: Counter[_State] = Counter()
@@ -341,13 +339,13 @@ class Engine:
 
     def refresh(self) -> _State:
         """What is registered now, opening the tables whose Delta log changed."""
-        with self._writing:
+        with self._lock:
             return self._refresh()
 
     def _refresh(self, needed: set[str] | None = None) -> _State:
-        """:meth:`refresh`, with ``_writing`` held, of the tables ``needed`` (default: all) and the views
-        whose batch table is among them; copies the new versions of the tables not :data:`SCANNED` (unless
-        a version only rearranged the rows of the last one copied)."""
+        """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all) and the views whose
+        batch table is among them; copies the new versions of the tables not :data:`SCANNED` (unless a
+        version only rearranged the rows of the last one copied)."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -366,10 +364,9 @@ class Engine:
         views = {name for name in self._views if needed is None or batch_relation(name) in needed}
         state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
-            with self._lock:
-                self._retired.update(_held(self._state) - _held(state))
-                self._state = state
-        self._drop_unused()
+            self._retired.update(_held(self._state) - _held(state))
+            self._state = state
+            self._drop_unused()
         return self._state
 
     def _point_batch_tables(self) -> None:
@@ -381,13 +378,12 @@ class Engine:
                 self._tables[batch_relation(name)] = _Table(path)
 
     def _drop_unused(self) -> None:
-        """Drop, with ``_writing`` held, the retired copies and parts that no running query's state holds."""
-        with self._lock:
-            unused = self._retired.difference(*(_held(s) for s in self._running))
-            self._retired -= unused
+        """Drop the retired copies and parts that no running query's state holds."""
+        unused = self._retired.difference(*(_held(s) for s in self._running))
         for copy in unused:
             self._db.execute(f'DROP TABLE "{copy}"')
             self._rows.pop(copy, None)
+        self._retired -= unused
 
     def _build(self, names: list[str], registered: dict, views: set[str]) -> _State:
         """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the parts
@@ -403,8 +399,7 @@ class Engine:
             what = "the merged views do"
             return self._make_parts(registered, views, made)
         except duckdb.OutOfMemoryException:
-            with self._lock:
-                self._retired.update(made - _held(self._state))
+            self._retired.update(made - _held(self._state))
             self._drop_unused()
             for table in names:
                 self._tables[table].forget()
@@ -441,12 +436,12 @@ class Engine:
     def copied(self) -> Counter[str]:
         """How many versions of each table were copied into the database so far (a table :data:`SCANNED`
         is read in place, never copied)."""
-        with self._writing:
+        with self._lock:
             return Counter(self._copied)
 
     def memory(self) -> tuple[int, str]:
         """The bytes the database holds now (its copies, the views' parts, running queries) and its limit."""
-        with self._writing:
+        with self._lock:
             [(held,)] = self._db.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()
             return int(held), sandbox.memory_limit_of(self._db)
 
@@ -557,7 +552,9 @@ class Engine:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
         try:
             reads, tree = self._read_by(cursor.con, sql)
-            state = self._state_for(reads)
+            with self._lock:
+                state = self._refresh(reads)
+                self._running[state] += 1
         except BaseException:
             self._give_back(cursor)
             raise
@@ -573,33 +570,11 @@ class Engine:
         finally:
             with self._lock:
                 self._running -= Counter([state])
-            if self._writing.acquire(blocking=False):  # else the one writing drops them once done
-                try:
-                    self._drop_unused()
-                finally:
-                    self._writing.release()
+                self._drop_unused()
             if cursor.abandoned is None:
                 self._give_back(cursor)
             else:  # the cursor is free once the lane's run stopped
                 cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
-
-    def _state_for(self, needed: set[str] | None) -> _State:
-        """The state a query of the tables ``needed`` (None: all) runs on, counted as running: brought up
-        to date by the query, or, while another query is bringing it up to date, the last one if that
-        registers them (a query does not wait behind another's refresh; it answers one refresh older)."""
-        if not self._writing.acquire(blocking=False):
-            with self._lock:
-                if needed is not None and needed <= self._state.tables.keys():
-                    self._running[self._state] += 1
-                    return self._state
-            self._writing.acquire()
-        try:
-            state = self._refresh(needed)
-            with self._lock:
-                self._running[state] += 1
-            return state
-        finally:
-            self._writing.release()
 
     def _give_back(self, cursor: _Cursor) -> None:
         cursor.abandoned = None
@@ -640,7 +615,7 @@ class Engine:
 
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
-        with self._writing, self._lock:
+        with self._lock:
             for cursor in self._idle:
                 cursor.con.close()
             self._idle.clear()

@@ -6,7 +6,6 @@ import ctypes
 import gc
 import os
 import re
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
@@ -669,38 +668,6 @@ def test_a_version_that_only_rearranged_rows_keeps_the_copy_and_the_views(settin
     )
     assert [r[0] for r in served()] == [noon + timedelta(minutes=n) for n in range(4)]
     assert kept()[0] == copy and kept()[2] == copies + 1
-
-
-def test_a_query_does_not_wait_behind_another_querys_refresh(settings, monkeypatch):
-    """While one query brings the engine up to date (here its copy of a new version held back), another
-    query of the same table answers at once, one version older; once the refresh is done, queries see
-    the new version."""
-    path, noon = settings.table("speed_partials"), datetime(2026, 1, 4, 12, tzinfo=UTC)
-    count = lambda: engine.query(settings, "SELECT count(*) FROM speed_partials")[1]  # noqa: E731
-
-    def append(minute: int) -> None:
-        rows = _partials((noon + timedelta(minutes=minute), "/", 1, ("u1",)))
-        write_deltalake(path, rows, mode="append", partition_by=["view", "window_hour"])
-
-    append(0)
-    assert count() == [(1,)]
-    held, release, copy = threading.Event(), threading.Event(), engine._engine(settings)._copy
-
-    def held_back(*args):
-        held.set()
-        release.wait(30)
-        return copy(*args)
-
-    monkeypatch.setattr(engine._engine(settings), "_copy", held_back)
-    append(1)
-    with ThreadPoolExecutor(1) as pool:
-        refreshing = pool.submit(count)
-        assert held.wait(30)
-        began = time.monotonic()
-        assert count() == [(1,)] and time.monotonic() - began < 5 and not refreshing.done()
-        release.set()
-        assert refreshing.result(30) == [(2,)]
-    assert count() == [(2,)]
 
 
 def _resident() -> int:
