@@ -14,18 +14,55 @@ from views.compile import ROWS, finals, merged
 from views.model import View
 
 
-def speed_sql(view: View, partials: str) -> str:
-    """SQL for the speed layer's rows of ``view`` from the partials table ``partials``: one row per
-    window and key, each measure merged from every micro-batch's partial (a window whose rows were
-    all taken back, e.g. a session that moved to another hour, is gone)."""
-    group = ", ".join(f'"{c}"' for c in ("window_start", "window_end", *view.keys))
+def partials_of(view: View, partials: str) -> str:
+    """SQL: the partials of ``view`` in the partials table ``partials``, as rows of their own columns
+    (window, keys, states)."""
+    return f'(SELECT "{view.name}".* FROM {partials} WHERE "view" = \'{view.name}\')'
+
+
+def folded_sql(view: View, rows: str, ledger: str | None = None) -> str:
+    """SQL: ``rows`` (partials of ``view``, as :func:`partials_of` gives them, or rows this made) folded
+    into one row per window and key, each state merged with the view's own merge (sums add, sketches
+    union) and its values beside them, the days the ledger relation ``ledger`` names final left out. A
+    window whose rows were all taken back (e.g. a session that moved to another hour) stays, with no
+    rows: its sketches cannot be taken back, so rows this made fold again with new partials to what all
+    the partials fold to."""
+    group = ", ".join(f'"{c}"' for c in _group(view))
     states = ", ".join(f'{sql} AS "{column}"' for column, sql in merged(view).items())
-    values = ", ".join(f'{sql} AS "{name}"' for name, sql in finals(view).items())
-    return (
-        f"SELECT {group}, {values} FROM (SELECT {group}, {states} "
-        f'FROM (SELECT "{view.name}".* FROM {partials} WHERE "view" = \'{view.name}\') '
-        f"GROUP BY {group} HAVING {merged(view)[ROWS]} > 0)"
+    values = "".join(f', {sql} AS "{name}"' for name, sql in finals(view).items() if name not in merged(view))
+    final = f" WHERE NOT (CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)}))" if ledger else ""
+    return f"SELECT *{values} FROM (SELECT {group}, {states} FROM {rows} GROUP BY {group}){final}"
+
+
+def refolded_sql(view: View, folded: str, partials: str, ledger: str | None = None) -> str:
+    """SQL: the rows of :func:`folded_sql` in the relation ``folded`` brought up to date with the new
+    partials table ``partials``: each window that a new partial of ``view`` touches, folded again from
+    its rows in ``folded`` and the new partials."""
+    columns = ", ".join(f'"{c}"' for c in (*_group(view), *merged(view)))
+    new = partials_of(view, partials)
+    rows = (
+        f"(SELECT {columns} FROM {folded} WHERE window_start IN (SELECT window_start FROM {new}) "
+        f"UNION ALL SELECT {columns} FROM {new})"
     )
+    return folded_sql(view, rows, ledger)
+
+
+def speed_rows_sql(view: View, folded: str) -> str:
+    """SQL: the speed rows of ``view`` (its columns, source and finality) from the relation ``folded`` of
+    :func:`folded_sql`: the windows that hold rows."""
+    columns = ", ".join(f'"{c}"' for c in view.columns)
+    return f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM {folded} WHERE {ROWS} > 0"
+
+
+def speed_sql(view: View, partials: str) -> str:
+    """SQL for the speed layer's rows of ``view`` (its columns) from the partials table ``partials``: one
+    row per window and key, each measure merged from every micro-batch's partial."""
+    columns = ", ".join(f'"{c}"' for c in view.columns)
+    return f"SELECT {columns} FROM ({folded_sql(view, partials_of(view, partials))}) WHERE {ROWS} > 0"
+
+
+def _group(view: View) -> tuple[str, ...]:
+    return ("window_start", "window_end", *view.keys)
 
 
 def final_days_sql(view: View, ledger: str) -> str:
@@ -45,10 +82,7 @@ def merged_parts(
     if batch and ledger:
         parts["batch"] = f"SELECT {columns}, 'batch' AS source, TRUE AS is_final FROM {batch} WHERE {final}"
     if partials:
-        parts["speed"] = (
-            f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM ({speed_sql(view, partials)}) "
-            f"WHERE NOT ({final})"
-        )
+        parts["speed"] = speed_rows_sql(view, f"({folded_sql(view, partials_of(view, partials), ledger)})")
     return parts
 
 

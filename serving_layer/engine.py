@@ -33,8 +33,10 @@ import json
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import unquote
@@ -49,10 +51,11 @@ from deltalake.exceptions import TableNotFoundError
 from infra import storage
 from infra.deployment import Deployment
 from lake import ledger, versions
-from lake.merge import batch_relation, merged_parts
+from lake.merge import batch_relation, folded_sql, merged_parts, partials_of, refolded_sql, speed_rows_sql
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
 from views import tables
+from views.model import View
 
 
 def base_tables(settings: Deployment) -> tuple[str, ...]:
@@ -65,7 +68,7 @@ def base_tables(settings: Deployment) -> tuple[str, ...]:
 
 
 #: Tables scanned in place (as Arrow datasets) rather than copied into DuckDB at each version.
-SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name})
+SCANNED = frozenset({tables.RAW_EVENTS.name, tables.DEAD_LETTERS.name, tables.SPEED_PARTIALS.name})
 #: A Delta log untouched for this long is trusted unchanged while its folder's stamp stays the same (a
 #: file system may stamp two changes within one clock tick alike: Linux's coarse clock ticks every 1-10
 #: ms). Longer, and a log that changes every second (a micro-batch's) would be read again at each query.
@@ -76,6 +79,9 @@ SLOW_LANE_NICENESS = 10
 STOPPING_SECONDS = 1.0
 #: How many checked queries an engine remembers (it forgets them all when it has this many).
 PASSED = 10_000
+#: How many changes of a table the engine remembers: a view's speed rows are brought up to date with
+#: the files that the partials' changes since they were made added, if it remembers them all.
+CHANGES = 1_000
 
 
 def _speed_days(settings: Deployment) -> dict[str, set[date]]:
@@ -99,30 +105,16 @@ def finality(settings: Deployment) -> dict[str, dict[str, set[date]]]:
 
 def _appended(
     kept: list[ds.Fragment] | None, schema: pa.Schema | None, after: ds.FileSystemDataset
-) -> ds.FileSystemDataset | None:
-    """The files that dataset ``after`` adds to the files ``kept`` (of ``schema``), as a dataset, if it only
-    adds files to them (as a micro-batch's commit does) with the same schema; else None."""
+) -> list[ds.Fragment] | None:
+    """The files that dataset ``after`` adds to the files ``kept`` (of ``schema``), if it only adds files
+    to them (as a micro-batch's commit does) with the same schema; else None."""
     if kept is None or schema != after.schema:
         return None
     paths = {fragment.path for fragment in kept}
     fragments = list(after.get_fragments())
     if not paths <= {fragment.path for fragment in fragments}:
         return None
-    added = [fragment for fragment in fragments if fragment.path not in paths]
-    return ds.FileSystemDataset(added, after.schema, after.format, after.filesystem)
-
-
-def _unread(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
-    """``dataset`` over new fragments of the same files: a fragment once scanned keeps its file's Parquet
-    metadata for as long as it lives (120 KB for a file of speed_partials), and a copy's files are scanned
-    once, so the fragments the engine keeps must not be the ones it copies from."""
-    fragments = [
-        dataset.format.make_fragment(
-            fragment.path, dataset.filesystem, partition_expression=fragment.partition_expression
-        )
-        for fragment in dataset.get_fragments()
-    ]
-    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
+    return [fragment for fragment in fragments if fragment.path not in paths]
 
 
 def _partition_value(text: str, kind: pa.DataType) -> pa.Scalar:
@@ -177,11 +169,51 @@ class _Table:
         self._format: ds.FileFormat | None = None
         self._filesystem = None
         self._dataset: ds.FileSystemDataset | None = None
-        #: What the last change added to the files before it, if it only added files (see :func:`_appended`).
-        self.appended: ds.FileSystemDataset | None = None
-        #: Whether the last change only rearranged the rows in other files (Delta's ``dataChange`` false:
-        #: an OPTIMIZE, the speed layer's packing), read from the log alone.
-        self.rearranged = False
+        #: The changes read, the last :data:`CHANGES`, and how many in all: each the files it added rows in,
+        #: if it only added rows (its other files, if any, rearranged rows: Delta's ``dataChange`` false, as
+        #: an OPTIMIZE and the speed layer's packing), else None.
+        self.changes: deque[list[ds.Fragment] | None] = deque(maxlen=CHANGES)
+        self.seen = 0
+
+    @property
+    def appended(self) -> list[ds.Fragment] | None:
+        """The files the last change added rows in, if it only added rows."""
+        return self.changes[-1] if self.changes else None
+
+    @property
+    def rearranged(self) -> bool:
+        """Whether the last change only rearranged rows (it added none)."""
+        return self.appended == []
+
+    def added(self, since: int) -> list[ds.Fragment] | None:
+        """The files that the changes after the first ``since`` added rows in, if they only added rows
+        and are remembered; else None."""
+        back = self.seen - since
+        if back > len(self.changes):
+            return None
+        changes = list(self.changes)[len(self.changes) - back :]
+        return None if None in changes else [fragment for change in changes for fragment in change or ()]
+
+    def read_anew(self, fragments: list[ds.Fragment] | None = None) -> ds.FileSystemDataset:
+        """The files ``fragments`` (default: the current version's) as a dataset of new fragments: a
+        fragment once scanned keeps its file's Parquet metadata for as long as it lives (120 KB for a
+        file of speed_partials), so the fragments the engine keeps must not be the ones it reads to copy
+        a table or fold partials, which it reads once."""
+        assert self.fragments is not None and self._format is not None  # only a table with data is read
+        return ds.FileSystemDataset(
+            [
+                self._format.make_fragment(f.path, self._filesystem, partition_expression=f.partition_expression)
+                for f in (self.fragments if fragments is None else fragments)
+            ],
+            self.schema,
+            self._format,
+            self._filesystem,
+        )
+
+    def _changed(self, change: list[ds.Fragment] | None) -> bool:
+        self.changes.append(change)
+        self.seen += 1
+        return True
 
     @property
     def dataset(self) -> ds.FileSystemDataset | None:
@@ -218,10 +250,10 @@ class _Table:
         if self.table.version() == self.version:
             return False
         whole = self.table.to_pyarrow_dataset()
-        self.appended, self.rearranged = _appended(self.fragments, self.schema, whole), False
+        change = _appended(self.fragments, self.schema, whole)
         self.version, self.fragments, self._dataset = self.table.version(), list(whole.get_fragments()), whole
         self.schema, self._format, self._filesystem = whole.schema, whole.format, whole.filesystem
-        return True
+        return self._changed(change)
 
     def _move(self, version: int, adds: list[dict], removes: list[dict]) -> bool:
         """Move to ``version`` by adding the files of ``adds`` and dropping those of ``removes`` (Delta add
@@ -237,16 +269,18 @@ class _Table:
             for add in adds
         ]
         removed = {unquote(remove["path"]) for remove in removes}
-        self.appended = None if removed else ds.FileSystemDataset(added, self.schema, self._format, self._filesystem)
-        self.rearranged = bool(removed) and not any(file.get("dataChange", True) for file in adds + removes)
         self.fragments = [fragment for fragment in [*self.fragments, *added] if fragment.path not in removed]
         self._dataset = None
-        return True
+        if any(remove.get("dataChange", True) for remove in removes):
+            return self._changed(None)
+        return self._changed(
+            [fragment for fragment, add in zip(added, adds, strict=True) if add.get("dataChange", True)]
+        )
 
     def forget(self) -> bool:
         """Forget what was read (the next :meth:`changed` reads the table anew); whether there was data."""
         gone = self.fragments is not None
-        self.stamp, self.table, self.version, self.appended, self.rearranged = None, None, None, None, False
+        self.stamp, self.table, self.version = None, None, None
         self.fragments, self.schema, self._format, self._filesystem, self._dataset = None, None, None, None, None
         return gone
 
@@ -268,12 +302,14 @@ def _held(state: _State) -> set[str]:
 
 @dataclass(frozen=True)
 class _Part:
-    """A part of a merged view (``lake.merge.merged_parts``) kept as a table of the database, the contents
-    of the copies it was made from (:meth:`Engine._contents`), its rows, and the rows deleted from it
-    since it was made (the database holds those until the table is dropped)."""
+    """A part of a merged view (``lake.merge.merged_parts``) kept as a table of the database: what it was
+    made from (the ledger's copy and the batch table's, :meth:`Engine._contents`, or the partials' changes
+    seen), the SQL that reads it as the view's rows, its rows, and the rows deleted from it since it was
+    made (the database holds those until the table is dropped)."""
 
     table: str
     made_from: tuple
+    reads: str
     rows: int
     deleted: int = 0
 
@@ -419,15 +455,12 @@ class Engine:
         order = " ORDER BY window_start" if "window_start" in table.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
-        self._db.register("_version", _unread(table.appended if grown else table.dataset))
-        try:
+        with self._reading(table.read_anew(table.appended if grown else None)):
             self._rows[copy] = (
                 self._rows[copy] + self._count(f'INSERT INTO "{copy}" FROM _version{order}')
                 if grown
                 else self._count(f'CREATE TABLE "{copy}" AS FROM _version{order}')
             )
-        finally:
-            self._db.unregister("_version")
         if not grown:
             _give_back_freed()
         self._copied[name] += 1
@@ -454,64 +487,93 @@ class Engine:
     def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> _State:
         """The state over ``registered``: each merged view's parts as tables of the database (a point query
         binds a union of two tables in a third of the time it binds the merge's SQL). The parts of
-        ``views`` are made again if the copies they are made from changed (the new tables added to
+        ``views`` are brought up to date if what they are made from changed (the new tables added to
         ``made``); the others' wait until a query reads them."""
         partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
         schema = self._tables[partials].schema
         columns = set(schema.names) if schema is not None and partials in registered else set()
         parts = {key: part for key, part in self._parts.items() if key[0] not in views}
         for name in views:
-            read = {"batch": batch_relation(name), "ledger": ledger} | ({"speed": partials} if name in columns else {})
-            relations = {kind: f'"{registered[table]}"' for kind, table in read.items() if table in registered}
-            for kind, sql in merged_parts(
-                self._views[name], relations.get("batch"), relations.get("speed"), relations.get("ledger")
-            ).items():
-                made_from = (self._contents(ledger, registered), self._contents(read[kind], registered))
-                part = self._parts.get((name, kind))
+            view, batch = self._views[name], batch_relation(name)
+            on = f'"{registered[ledger]}"' if ledger in registered else None
+            kept = self._contents(ledger, registered)
+            if batch in registered and on:
+                made_from = (kept, self._contents(batch, registered))
+                part = self._parts.get((name, "batch"))
                 if part is None or part.made_from != made_from:
-                    part = self._make_part(name, sql, made_from, part if kind == "speed" else None)
+                    sql = merged_parts(view, f'"{registered[batch]}"', None, on)["batch"]
+                    part = self._new_part(name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"')
                     made.add(part.table)
-                parts[(name, kind)] = part
+                parts[(name, "batch")] = part
+            if name in columns:
+                part = self._speed_part(view, on, (kept, self._tables[partials].seen))
+                made.add(part.table)
+                parts[(name, "speed")] = part
         self._parts = parts
         found: dict[str, list[str]] = {}
         for (name, _), part in sorted(parts.items()):
-            found.setdefault(name, []).append(f'FROM "{part.table}"')
+            found.setdefault(name, []).append(part.reads)
         return _State(
             registered,
             {name: " UNION ALL ".join(sources) for name, sources in found.items()},
             frozenset(part.table for part in parts.values()),
         )
 
-    def _make_part(self, view: str, sql: str, made_from: tuple, previous: _Part | None) -> _Part:
-        """The part of ``view`` that ``sql`` selects from the copies ``made_from``, in window order. If it
-        is a speed part whose copy of the partials only grew since ``previous`` was made from it (the
-        ledger the same), ``previous`` is brought up to date in place: the windows of the new rows are
-        made again (a micro-batch's cost, not the table's). Otherwise, or once the rows deleted from it
-        outnumber its rows (so that what it holds stays in proportion to its rows), a new table is made,
-        under a name never used before."""
-        ledger, (copy, _) = made_from
-        if previous is None or previous.made_from[0] != ledger or previous.made_from[1][0] != copy:
-            return self._new_part(view, f"SELECT * FROM ({sql})", made_from)
-        window = f"struct_extract(\"{view}\", 'window_start')"
-        touched = (
-            f'SELECT DISTINCT {window} FROM "{copy}" WHERE rowid >= {previous.made_from[1][1]} AND "view" = \'{view}\''
-        )
-        again = sql.replace(f'"{copy}"', f'(SELECT * FROM "{copy}" WHERE {window} IN ({touched}))')
-        try:
-            self._db.execute("BEGIN TRANSACTION")
-            deleted = self._count(f'DELETE FROM "{previous.table}" WHERE window_start IN ({touched})')
-            added = self._count(f'INSERT INTO "{previous.table}" SELECT * FROM ({again}) ORDER BY window_start')
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        part = _Part(previous.table, made_from, previous.rows - deleted + added, previous.deleted + deleted)
-        return self._new_part(view, f'FROM "{part.table}"', made_from) if part.deleted > part.rows else part
+    def _speed_part(self, view: View, ledger: str | None, made_from: tuple) -> _Part:
+        """The speed part of ``view``, its partials folded (``lake.merge.folded_sql``) from the partials'
+        changes ``made_from`` names and the ledger relation ``ledger``. If the part was made with that
+        ledger and the partials' changes since then only added files, the windows their partials touch
+        are folded again, in place, from the part's rows and the new partials: a micro-batch's cost, not
+        the day's. Otherwise, or once the rows deleted from it outnumber its rows (so that what it holds
+        stays in proportion to its rows), a new table is made, under a name never used before."""
+        table, previous = self._tables[tables.SPEED_PARTIALS.name], self._parts.get((view.name, "speed"))
+        if previous is not None and previous.made_from == made_from:
+            return previous
 
-    def _new_part(self, view: str, sql: str, made_from: tuple) -> _Part:
-        """A part of ``view`` made anew from ``sql``, in window order."""
+        def reads(part: str) -> str:
+            return speed_rows_sql(view, f'"{part}"')
+
+        added = table.added(previous.made_from[1]) if previous and previous.made_from[0] == made_from[0] else None
+        if previous is None or added is None:
+            with self._reading(table.read_anew()):
+                part = self._new_part(
+                    view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
+                )
+            _give_back_freed()
+            return part
+        rows, deleted, kept = previous.rows, previous.deleted, f'"{previous.table}"'
+        if added:
+            with self._reading(table.read_anew(added)):
+                try:
+                    self._db.execute("BEGIN TRANSACTION")
+                    self._db.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_version', ledger)}")
+                    gone = self._count(f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
+                    rows += self._count(f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
+                    deleted += gone
+                    self._db.execute("DROP TABLE _refolded")
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+        if deleted <= rows:
+            return _Part(previous.table, made_from, previous.reads, rows, deleted)
+        return self._new_part(view.name, f"FROM {kept}", made_from, reads)
+
+    def _new_part(self, view: str, sql: str, made_from: tuple, reads) -> _Part:
+        """A part of ``view`` made anew from ``sql``, in window order; ``reads`` gives the SQL that reads
+        it, from its table's name."""
         table = f"{view}:{next(self._copies)}"
-        return _Part(table, made_from, self._count(f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start'))
+        rows = self._count(f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start')
+        return _Part(table, made_from, reads(table), rows)
+
+    @contextmanager
+    def _reading(self, data: ds.FileSystemDataset) -> Iterator[None]:
+        """``data`` registered on the database as ``_version`` meanwhile."""
+        self._db.register("_version", data)
+        try:
+            yield
+        finally:
+            self._db.unregister("_version")
 
     def _count(self, statement: str) -> int:
         """Run ``statement``; the rows it wrote or deleted."""

@@ -346,7 +346,7 @@ def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(sett
     assert rows() == [("page_views_per_minute", date(2026, 1, 1))]
     write_deltalake(path, pa.table({"view": ["a", "b"], "day": [date(2026, 1, 2), date(2026, 1, 3)]}), mode="append")
     assert rows() == [("page_views_per_minute", date(2026, 1, 1)), ("a", date(2026, 1, 2)), ("b", date(2026, 1, 3))]
-    assert table.appended.to_table().column("view").to_pylist() == ["a", "b"]
+    assert table.read_anew(table.appended).to_table().column("view").to_pylist() == ["a", "b"]
     write_deltalake(path, pa.table({"view": ["c"], "day": [date(2026, 1, 4)]}), mode="overwrite")
     assert rows() == [("c", date(2026, 1, 4))] and table.appended is None
     write_deltalake(
@@ -354,7 +354,8 @@ def test_an_appended_version_is_copied_from_the_last_copy_and_its_new_files(sett
     )
     assert rows() == [("c", date(2026, 1, 4), None), ("d", date(2026, 1, 5), 9)] and table.appended is None
     write_deltalake(path, pa.table({"view": ["e"], "day": [date(2026, 1, 6)], "rows": [1]}), mode="append")
-    assert rows()[-1] == ("e", date(2026, 1, 6), 1) and len(rows()) == 3 and table.appended.count_rows() == 1
+    assert rows()[-1] == ("e", date(2026, 1, 6), 1) and len(rows()) == 3
+    assert table.read_anew(table.appended).count_rows() == 1
 
 
 def test_a_timestamp_partition_value_is_read_in_either_form_delta_writes():
@@ -392,9 +393,10 @@ def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
     table = engine._Table(path)
     assert table.changed() and table.appended is None
     append(1)
-    assert table.changed() and sorted(table.appended.to_table()["n"].to_pylist()) == [1, 11]
+    assert table.changed() and sorted(table.read_anew(table.appended).to_table()["n"].to_pylist()) == [1, 11]
     assert (table.version, table.table.version()) == (1, 0)  # delta-rs did not read the table again
-    assert not list(table.appended.get_fragments(filter=ds.field("at") < pa.scalar(hour, WINDOW)))  # files skipped
+    appended = table.read_anew(table.appended)
+    assert not list(appended.get_fragments(filter=ds.field("at") < pa.scalar(hour, WINDOW)))  # files skipped
     whole = DeltaTable(path).to_pyarrow_dataset()
     for where in (
         ds.field("view") == "a",
@@ -489,49 +491,45 @@ def _heap_in_use() -> int:
     return heap.uordblks + heap.hblkhd
 
 
-def _append_partials(settings: Deployment, hours: int) -> None:
-    """``hours`` rows of 40 text columns appended to speed_partials, in a file each (one per view and hour)."""
-    hour = datetime(2026, 1, 1, tzinfo=UTC)
-    columns = {f"s{k}": [f"{k}:{i}" for i in range(hours)] for k in range(40)}
-    write_deltalake(
-        settings.table("speed_partials"),
-        pa.table(
-            {
-                "view": ["page_views_per_minute"] * hours,
-                **columns,
-                "window_hour": pa.array([hour + timedelta(hours=i) for i in range(hours)], WINDOW),
-            }
-        ),
-        mode="append",
-        partition_by=["view", "window_hour"],
-    )
+def _append_partials(settings: Deployment, hours: int, first: int = 0) -> None:
+    """Partials of page_views_per_minute for ``hours`` windows, an hour apart from the ``first`` hour of a
+    day no test made final, with 40 text columns besides: a file each (one per view and hour)."""
+    start = datetime(2026, 1, 3, tzinfo=UTC)
+    partials = _partials(*((start + timedelta(hours=first + i), "/", 1, ("u1",)) for i in range(hours)))
+    for k in range(40):
+        partials = partials.add_column(1, f"s{k}", pa.array([f"{k}:{i}" for i in range(hours)]))
+    write_deltalake(settings.table("speed_partials"), partials, mode="append", partition_by=["view", "window_hour"])
 
 
-def test_copied_files_leave_no_metadata_behind(settings):
+def _speed_rows(settings: Deployment) -> list[tuple]:
+    return engine.query(settings, "SELECT count(*) FROM page_views_per_minute WHERE source = 'speed'")[1]
+
+
+def test_folded_files_leave_no_metadata_behind(settings):
     """A Parquet fragment once scanned keeps its file's metadata, and the engine keeps its tables'
-    fragments: if it copied from them, a table copied at each micro-batch (speed_partials gets a file per
-    view and hour) would hold the metadata of every file it ever had (120 KB a file of speed_partials).
-    Copying 300 appended files of 40 columns (100 KB of metadata each, once read) grows the heap by the
-    fragments the engine keeps, a few KB a file. (Measured in a process of its own: the heap of a test
-    worker is also that of whatever threads earlier tests left running in it.)"""
+    fragments: if it folded partials from them, the view's speed rows, brought up to date at each
+    micro-batch (speed_partials gets a file per view and hour), would hold the metadata of every file the
+    table ever had (120 KB a file of speed_partials). Folding 300 appended files of 40 columns (100 KB of
+    metadata each, once read) grows the heap by the fragments the engine keeps, a few KB a file.
+    (Measured in a process of its own: the heap of a test worker is also that of whatever threads
+    earlier tests left running in it.)"""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as process:
-        growth, fragments = process.submit(_heap_growth_copying_300_files, settings).result()
+        growth, fragments = process.submit(_heap_growth_folding_300_files, settings).result()
     assert fragments == 601
     assert growth < 300 * 10_000
 
 
-def _heap_growth_copying_300_files(settings: Deployment) -> tuple[int, int]:
-    """The heap's growth over a query that copies 300 files appended to speed_partials (after the engine
-    has copied 301 before), and how many files the engine then keeps."""
+def _heap_growth_folding_300_files(settings: Deployment) -> tuple[int, int]:
+    """The heap's growth over a query that folds 300 files appended to speed_partials into the view's
+    speed rows (after the engine has folded 301 before), and how many files the engine then keeps."""
     _append_partials(settings, 1)
-    count = lambda: engine.query(settings, "SELECT count(*) FROM speed_partials")[1]  # noqa: E731
-    assert count() == [(1,)]
-    _append_partials(settings, 300)
-    count()  # the first scan of 300 new files: Arrow's and DuckDB's own buffers settle
-    _append_partials(settings, 300)
+    assert _speed_rows(settings) == [(1,)]
+    _append_partials(settings, 300, first=1)
+    _speed_rows(settings)  # the first scan of 300 new files: Arrow's and DuckDB's own buffers settle
+    _append_partials(settings, 300, first=301)
     gc.collect()
     before = _heap_in_use()
-    assert count() == [(601,)]
+    assert _speed_rows(settings) == [(601,)]
     gc.collect()
     growth, kept = _heap_in_use() - before, engine._engine(settings)._tables["speed_partials"].dataset
     assert kept is not None
@@ -647,39 +645,48 @@ def test_a_speed_part_is_made_anew_once_it_held_more_deleted_rows_than_rows(sett
     assert len(set(tables_made)) == 4
 
 
-def test_a_version_that_only_rearranged_rows_keeps_the_copy_and_the_views(settings):
+def test_a_version_that_only_rearranged_rows_keeps_the_views_speed_rows(settings):
     """A compaction that rewrites files without changing the rows (Delta's dataChange false: the speed
-    layer's packing, OPTIMIZE) is read from the log and copies nothing: the copy and the views' parts
-    stay, and the next micro-batch's rows are inserted into the same copy."""
+    layer's packing, OPTIMIZE) is read from the log and folds nothing: the view's speed rows stay. Rows
+    appended before and after it, while no query read the view, are folded into the same speed rows when
+    one does (the files the packing replaced are still there to read), and they are the merge's own SQL
+    over the same tables."""
     path, view, noon = settings.table("speed_partials"), "page_views_per_minute", datetime(2026, 1, 3, 12, tzinfo=UTC)
     served = lambda: engine.query(  # noqa: E731
         settings, f"FROM {view} WHERE window_start >= TIMESTAMPTZ '{noon}' ORDER BY window_start, page"
     )[1]
-    kept = lambda: (  # noqa: E731
-        engine._engine(settings).refresh().tables["speed_partials"],
-        engine._engine(settings)._parts[(view, "speed")],
-        engine.copied(settings)["speed_partials"],
-    )
-    for n in range(3):
+    merged = lambda: engine.query(  # noqa: E731
+        settings,
+        f"FROM ({merge.merged_sql(get(view), f'batch_{view}', 'speed_partials', 'serving_state')}) "
+        f"WHERE window_start >= TIMESTAMPTZ '{noon}' ORDER BY window_start, page",
+    )[1]
+    part = lambda: engine._engine(settings)._parts[(view, "speed")]  # noqa: E731
+
+    def append(minute: int, first: bool = False) -> None:
         write_deltalake(
             path,
-            _partials((noon + timedelta(minutes=n), "/", 1, ("u1",))),
-            mode="overwrite" if n == 0 else "append",
+            _partials((noon + timedelta(minutes=minute), "/", 1, ("u1",))),
+            mode="overwrite" if first else "append",
             partition_by=["view", "window_hour"],
         )
+
+    for n in range(3):
+        append(n, first=n == 0)
         before = served()
-    copy, part, copies = kept()
+    kept = part()
     DeltaTable(path).optimize.compact()
     assert DeltaTable(path).get_add_actions().num_rows == 1
-    assert served() == before and kept() == (copy, part, copies)
-    write_deltalake(
-        path,
-        _partials((noon + timedelta(minutes=3), "/", 1, ("u1",))),
-        mode="append",
-        partition_by=["view", "window_hour"],
-    )
-    assert [r[0] for r in served()] == [noon + timedelta(minutes=n) for n in range(4)]
-    assert kept()[0] == copy and kept()[2] == copies + 1
+    assert served() == before and part() is not kept and part().table == kept.table and part().rows == kept.rows
+    append(3)
+    engine.query(settings, "SELECT count(*) FROM speed_partials")  # the table's change is read; the view waits
+    DeltaTable(path).optimize.compact()
+    engine.query(settings, "SELECT count(*) FROM speed_partials")
+    append(1)
+    rows = served()
+    assert rows == merged() and part().table == kept.table
+    assert [(r[0], r[3]) for r in rows] == [(noon, 1), (noon + timedelta(minutes=1), 2)] + [
+        (noon + timedelta(minutes=n), 1) for n in (2, 3)
+    ]
 
 
 def _resident() -> int:
@@ -688,16 +695,16 @@ def _resident() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_a_whole_copy_gives_back_the_memory_its_read_freed(settings):
+def test_a_whole_read_gives_back_the_memory_it_freed(settings):
     """Reading a table's files whole leaves most of what it took free but held by malloc (Arrow's share
     too when it allocates from malloc, as the HTTP API has it): the engine gives that back to the system
-    after a whole copy, so that trimming the heap again just after a copy of 300 files gives back little
-    (without it, tens of MB)."""
+    after a whole copy or fold, so that trimming the heap again just after folding 300 files gives back
+    little (without it, tens of MB)."""
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         _append_partials(settings, 300)
-        assert engine.query(settings, "SELECT count(*) FROM speed_partials")[1] == [(300,)]  # copied whole
+        assert _speed_rows(settings) == [(300,)]  # folded from the partials' files, whole
         before = _resident()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         assert before - _resident() < 4 * 2**20
