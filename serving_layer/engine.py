@@ -8,15 +8,17 @@ so readers run side by side. A query still running after ``query_fast_lane_secon
 run again, for the rest of its time limit, in the slow lane: one query at a time, on a thread of lower
 CPU priority, so that a few long queries cannot take the cores from the many short ones.
 
-Each version of the tables the views read is copied once into DuckDB's own storage, where a point
-query takes a millisecond; the master dataset and dead letters, which grow with every micro-batch, are
-scanned in place. A local table's new version that only adds files, as a micro-batch's does, is read
-from its new commits in the Delta log alone, and the copy takes its new files (a query sees a table as
-it was when the query began): its cost is the micro-batch's, not the table's (delta-rs builds a dataset
-of 10,000 files in 5 s). From those copies each view's two parts (lake.merge.merged_parts: batch rows of
-its final days, speed rows of the others) are kept as tables too, and the view is their union: DuckDB
-binds and plans that in a third of the time it takes for the merge's SQL, which was most of a point
-query's. A micro-batch's partials make again, in place, only the speed rows of the windows they touch.
+Each version of the other tables the views read (the ledger, the version pointers, the batch tables,
+the dimensions) is copied once into DuckDB's own storage, where a point query takes a millisecond; the
+master dataset, dead letters and speed partials, which grow with every micro-batch, are scanned in
+place. A local table's new version is read from its new commits in the Delta log alone (delta-rs
+builds a dataset of 10,000 files in 5 s): a copy takes the files a version only added, and a version
+that only rearranged rows (``dataChange`` false: the speed layer's packing, OPTIMIZE) copies nothing.
+Each view's two parts (lake.merge.merged_parts: batch rows of its final days, speed rows of the
+others) are kept as tables too, and the view is their union: DuckDB binds and plans that in a third of
+the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
+window's folded states (lake.merge.folded_sql), so the files a micro-batch adds are folded, in place,
+into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
@@ -496,9 +498,9 @@ class Engine:
         for name in views:
             view, batch = self._views[name], batch_relation(name)
             on = f'"{registered[ledger]}"' if ledger in registered else None
-            kept = self._contents(ledger, registered)
+            finals = self._contents(ledger, registered)
             if batch in registered and on:
-                made_from = (kept, self._contents(batch, registered))
+                made_from = (finals, self._contents(batch, registered))
                 part = self._parts.get((name, "batch"))
                 if part is None or part.made_from != made_from:
                     sql = merged_parts(view, f'"{registered[batch]}"', None, on)["batch"]
@@ -506,7 +508,7 @@ class Engine:
                     made.add(part.table)
                 parts[(name, "batch")] = part
             if name in columns:
-                part = self._speed_part(view, on, (kept, self._tables[partials].seen))
+                part = self._speed_part(view, on, (finals, self._tables[partials].seen))
                 made.add(part.table)
                 parts[(name, "speed")] = part
         self._parts = parts
