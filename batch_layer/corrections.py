@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from infra.deployment import Deployment
-from lake.merge import speed_sql
+from lake.merge import merged_parts
 from lake.sketches import sketch_functions
 from views import tables, timebase
 from views.model import View
@@ -84,7 +84,7 @@ def compare(view: View, batch: pa.Table, partials: pa.Table) -> Comparison:
         sketch_functions(con)
         con.register("batch_rows", batch)
         con.register(tables.SPEED_PARTIALS.name, partials)
-        speed = f"({speed_sql(view, tables.SPEED_PARTIALS.name)})"
+        speed = f"({merged_parts(view, partials=tables.SPEED_PARTIALS.name)['speed']})"
         [found] = con.execute(compare_sql(view, "batch_rows", speed)).fetchall()  # aggregates alone: one row
     speed_windows, batch_windows, added, removed, changed, *rest = found
     sums = iter(rest)  # d_m, t_m per measure, in the view's order

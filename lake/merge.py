@@ -54,13 +54,6 @@ def speed_rows_sql(view: View, folded: str) -> str:
     return f"SELECT {columns}, 'speed' AS source, FALSE AS is_final FROM {folded} WHERE {ROWS} > 0"
 
 
-def speed_sql(view: View, partials: str) -> str:
-    """SQL for the speed layer's rows of ``view`` (its columns) from the partials table ``partials``: one
-    row per window and key, each measure merged from every micro-batch's partial."""
-    columns = ", ".join(f'"{c}"' for c in view.columns)
-    return f"SELECT {columns} FROM ({folded_sql(view, partials_of(view, partials))}) WHERE {ROWS} > 0"
-
-
 def _group(view: View) -> tuple[str, ...]:
     return ("window_start", "window_end", *view.keys)
 
