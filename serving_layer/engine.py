@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -562,7 +562,7 @@ class Engine:
             return _Part(previous.table, made_from, previous.reads, rows, deleted)
         return self._new_part(view.name, f"FROM {kept}", made_from, reads)
 
-    def _new_part(self, view: str, sql: str, made_from: tuple, reads) -> _Part:
+    def _new_part(self, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]) -> _Part:
         """A part of ``view`` made anew from ``sql``, in window order; ``reads`` gives the SQL that reads
         it, from its table's name."""
         table = f"{view}:{next(self._copies)}"
