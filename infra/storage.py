@@ -100,3 +100,14 @@ def read_on(folder: str, version: int) -> tuple[int, list[dict], list[dict]] | N
         adds += [action["add"] for action in actions if "add" in action]
         removes += [action["remove"] for action in actions if "remove" in action]
         version += 1
+
+
+def committed_at(folder: str, version: int) -> float | None:
+    """When commit ``version`` of the Delta table in local ``folder`` was made (its commitInfo's time,
+    seconds since the epoch), read from that commit alone; None if it is gone or says no time."""
+    try:
+        with open(os.path.join(folder, LOG, f"{version:020d}.json"), encoding="utf-8") as commit:
+            stamps = [json.loads(line).get("commitInfo", {}).get("timestamp") for line in commit if line.strip()]
+    except FileNotFoundError:
+        return None
+    return next((stamp / 1000 for stamp in stamps if stamp is not None), None)

@@ -20,7 +20,7 @@ from serving_layer import engine
 from serving_layer.sandbox import QueryError
 from views import tables
 from views.compile import state_columns
-from views.timebase import UTC, spans
+from views.timebase import spans
 
 
 class ViewTables(BaseModel):
@@ -214,20 +214,12 @@ def corrections(settings: Deployment) -> list[Correction]:
     ]
 
 
-def _last_commit(settings: Deployment, table: tables.Table) -> datetime | None:
-    """When ``table`` was last written (its newest Delta commit), if it exists. delta-rs may list more
-    commits than the one asked for when others land meanwhile (a soak's /health failed on that)."""
-    opened = table.opened(settings)
-    commits = opened.history(1) if opened is not None else []
-    return datetime.fromtimestamp(max(c["timestamp"] for c in commits) / 1000, UTC) if commits else None
-
-
 def health(settings: Deployment) -> Health:
     """The serving side's health: the speed layer (lag, last micro-batch), the query engine's memory,
     when speed rows were last written, dead letters, and per view its final and provisional days, late
     events, newest window and last data-quality check."""
     speed = services.speed_health(settings)
-    written = _last_commit(settings, tables.SPEED_PARTIALS)
+    written = engine.committed_at(settings, tables.SPEED_PARTIALS.name)
     late = {
         r["view"]: r
         for r in rows(

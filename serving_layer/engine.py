@@ -45,14 +45,13 @@ from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from infra import storage
 from infra.deployment import Deployment
-from lake import ledger, versions
+from lake import versions
 from lake.merge import batch_relation, folded_sql, merged_parts, partials_of, refolded_sql, speed_rows_sql
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
@@ -85,25 +84,6 @@ PASSED = 10_000
 #: view's speed rows are brought up to date with the files that the partials' changes since they were
 #: made added if it remembers them all, else made anew from all the partials.
 CHANGES = 300
-
-
-def _speed_days(settings: Deployment) -> dict[str, set[date]]:
-    """Per view, the UTC days of the hours it has speed partials for (none if there is no table)."""
-    partials = tables.SPEED_PARTIALS.rows(settings, ["view", "window_hour"])
-    found = {}
-    for name in settings.views:
-        hours = [] if partials is None else partials.filter(pc.equal(partials["view"], name))["window_hour"].to_pylist()
-        found[name] = {hour.date() for hour in hours}
-    return found
-
-
-def finality(settings: Deployment) -> dict[str, dict[str, set[date]]]:
-    """Per view, its ``final`` days (in the ledger) and its ``provisional`` ones (speed data, not final)."""
-    final = ledger.final_days(settings)
-    return {
-        name: {"final": final.get(name, set()), "provisional": days - final.get(name, set())}
-        for name, days in _speed_days(settings).items()
-    }
 
 
 def _appended(
@@ -279,6 +259,19 @@ class _Table:
         return self._changed(
             [fragment for fragment, add in zip(added, adds, strict=True) if add.get("dataChange", True)]
         )
+
+    def committed_at(self) -> datetime | None:
+        """When the version read was committed (None if none was): a local table's commit is read alone,
+        where delta-rs would read the table's log again."""
+        if self.version is None:
+            return None
+        local = storage.local_path(self.path)
+        if local is not None:
+            stamp = storage.committed_at(local, self.version)
+        else:
+            assert self.table is not None  # a remote table's versions are read with delta-rs
+            stamp = max((c["timestamp"] / 1000 for c in self.table.history(1)), default=None)
+        return None if stamp is None else datetime.fromtimestamp(stamp, UTC)
 
     def forget(self) -> bool:
         """Forget what was read (the next :meth:`changed` reads the table anew); whether there was data."""
@@ -474,6 +467,36 @@ class Engine:
         is read in place, never copied)."""
         with self._lock:
             return Counter(self._copied)
+
+    def finality(self) -> dict[str, dict[str, set[date]]]:
+        """Per view, its ``final`` days (the ledger's) and its ``provisional`` ones: the UTC days its speed
+        rows hold windows of (a window whose partials were all taken back among them), not final. Read
+        from the engine's copy of the ledger and the views' speed parts, one state of both."""
+        with self._lock:
+            state = self._refresh()
+            ledger = state.tables.get(tables.SERVING_STATE.name)
+            final: dict[str, set[date]] = {name: set() for name in self._views}
+            for name, day in self._db.execute(f'SELECT view, day FROM "{ledger}"').fetchall() if ledger else ():
+                final.setdefault(name, set()).add(day)
+            speed = {
+                name: {
+                    day
+                    for (day,) in self._db.execute(
+                        f'SELECT DISTINCT CAST(window_start AS DATE) FROM "{part.table}"'
+                    ).fetchall()
+                }
+                for (name, which), part in self._parts.items()
+                if which == "speed"
+            }
+        return {
+            name: {"final": final[name], "provisional": speed.get(name, set()) - final[name]} for name in self._views
+        }
+
+    def committed_at(self, name: str) -> datetime | None:
+        """When table ``name``'s current version was committed (None if it has none)."""
+        with self._lock:
+            self._refresh({name})
+            return self._tables[name].committed_at()
 
     def memory(self) -> tuple[int, str]:
         """The bytes the database holds now (its copies, the views' parts, running queries) and its limit."""
@@ -731,6 +754,16 @@ def query(settings: Deployment, sql: str, params: dict | None = None) -> tuple[l
 def copied(settings: Deployment) -> Counter[str]:
     """How many versions of each table the engine for ``settings`` has copied so far (:meth:`Engine.copied`)."""
     return _engine(settings).copied()
+
+
+def finality(settings: Deployment) -> dict[str, dict[str, set[date]]]:
+    """Per view, its final and provisional days (:meth:`Engine.finality`)."""
+    return _engine(settings).finality()
+
+
+def committed_at(settings: Deployment, name: str) -> datetime | None:
+    """When table ``name`` of ``settings`` was last written (:meth:`Engine.committed_at`)."""
+    return _engine(settings).committed_at(name)
 
 
 def memory(settings: Deployment) -> tuple[int, str]:
