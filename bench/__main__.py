@@ -660,7 +660,8 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
     rows = [
         f"| {w.minute:.0f} | {w.speed_mb:,} | {w.serving_mb:,} ({w.engine_mb:,.0f}) | {w.raw_events_files:,} | "
         f"{w.speed_partials_files:,} | {w.checkpoints_mb:,.1f} | {_p(seen, 0.5)} / {_p(seen, 0.99)} | "
-        f"{live.percentile(w.points_ms, 0.5):,.1f} / {live.percentile(w.points_ms, 0.99):,.1f} | {w.point_errors} |"
+        f"{live.percentile(w.points_ms, 0.5):,.1f} / {live.percentile(w.points_ms, 0.99):,.1f} | {w.point_errors} | "
+        f"{w.health_errors} of {w.health_checks} |"
         for w, seen in zip(soak.windows, fresh, strict=True)
     ]
     growth = {name: getattr(last, name) / getattr(first, name) - 1 for name in ("speed_mb", "serving_mb")}
@@ -671,8 +672,8 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
         "",
         "| minute | speed layer MB | HTTP API MB (its query engine's) | raw_events files | speed_partials files | "
         "checkpoints MB | "
-        "freshness s | point query ms | failed queries |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "freshness s | point query ms | failed queries | failed /health calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"After the first {reliability.SOAK_WINDOW // 60} minutes, the speed layer's memory grew "

@@ -36,7 +36,8 @@ settings.
 - **Soak:** the whole platform (speed layer, batch engine, Airflow with every DAG on, the HTTP API)
   for `--soak-minutes` under the freshness load's full mix (`bench/live.py`) at a steady rate, with
   the nightly run and a maintenance run along the way and 8 clients each sending a point query of the
-  last minute through `POST /query` every 100 ms; freshness markers are sent throughout. Per 5 minutes:
+  last minute through `POST /query` every 100 ms, and a monitor calling `GET /health` (which reads
+  every view and table) every 30 s; freshness markers are sent throughout. Per 5 minutes:
   the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
   current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import random
 import signal
@@ -86,6 +88,9 @@ QUERY_SECONDS = 90
 BAD_CLIENTS, POINT_CLIENTS = 20, 8
 #: The soak's figures are given per this many seconds; each of its clients sends a query this often.
 SOAK_WINDOW, SOAK_QUERY_EVERY = 300, 0.1
+#: Seconds between the soak monitor's calls of the HTTP API's ``/health``, from the start as a
+#: deployment's monitoring polls it.
+SOAK_HEALTH_EVERY = 30
 
 
 @dataclass
@@ -207,6 +212,9 @@ class SoakWindow:
     freshness: dict[str, list[float]]
     points_ms: list[float]
     point_errors: int
+    #: The monitor's calls of ``/health`` in the window, and how many of them failed.
+    health_checks: int
+    health_errors: int
 
 
 @dataclass
@@ -548,6 +556,27 @@ def _point_clients(settings: Deployment, stop: threading.Event, found: list) -> 
     return threads
 
 
+def _monitor(settings: Deployment, stop: threading.Event, found: list) -> threading.Thread:
+    """A thread calling ``/health`` every :data:`SOAK_HEALTH_EVERY` seconds until ``stop``, appending (its
+    end, seconds since the epoch; the query engine's memory in MB, or None if the call failed) to ``found``."""
+
+    def monitor() -> None:
+        session = requests.Session()
+        while True:
+            try:
+                response = session.get(settings.serve_url + "health", timeout=60)
+                held = response.json()["query_engine"]["memory_mb"] if response.ok else None
+            except (requests.RequestException, ValueError, KeyError):
+                held = None
+            found.append((time.time(), held))
+            if stop.wait(SOAK_HEALTH_EVERY):
+                return
+
+    thread = threading.Thread(target=monitor, daemon=True)
+    thread.start()
+    return thread
+
+
 def _files(settings: Deployment, table: str) -> int:
     from deltalake import DeltaTable
 
@@ -578,10 +607,11 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
     loads = [live.load(settings, rate, live.WARM_UP + SOAK_WINDOW, seed=50, users=live.USERS)]
     stop, found, clients = threading.Event(), [], []
     points: list[tuple[float, float, bool]] = []  # (end, seconds since the epoch; milliseconds; ok)
+    checks: list[tuple[float, float | None]] = []  # (end, seconds since the epoch; engine MB or None)
     try:
         loads[0].begin()
         client.unpause_all()  # the nightly run of yesterday starts now (the deployment's start date)
-        clients += _point_clients(settings, stop, points)
+        clients += [*_point_clients(settings, stop, points), _monitor(settings, stop, checks)]
         time.sleep(live.WARM_UP)
         began = time.time()
         for k in range(windows):
@@ -597,18 +627,21 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
                 loads[k + 1].begin()  # the next window's load, refused if its producers are not ready by its start
             time.sleep(max(0.0, end - time.time()))
             window = [(ms, ok) for at, ms, ok in points if end - SOAK_WINDOW <= at < end]
+            health = [held for at, held in checks if end - SOAK_WINDOW <= at < end]
             found.append(
                 SoakWindow(
                     (end - began) / 60,
                     _resident_mb(processes.running_pid(settings, services.SPEED)),
                     _resident_mb(processes.running_pid(settings, services.SERVING)),
-                    requests.get(settings.serve_url + "health", timeout=60).json()["query_engine"]["memory_mb"],
+                    next((held for held in reversed(health) if held is not None), math.nan),
                     _files(settings, "raw_events"),
                     _files(settings, "speed_partials"),
                     _disk_mb(settings.checkpoints),
                     seen,
                     [ms for ms, _ in window],
                     sum(not ok for _, ok in window),
+                    len(health),
+                    health.count(None),
                 )
             )
             say(
