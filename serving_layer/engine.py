@@ -110,6 +110,11 @@ def _partition_value(text: str, kind: pa.DataType) -> pa.Scalar:
     return pa.scalar(at if kind.tz else at.replace(tzinfo=None), kind)
 
 
+def _utc_day(moment: datetime) -> date:
+    """The UTC day of ``moment`` (a time without an offset is in UTC)."""
+    return (moment.astimezone(UTC) if moment.tzinfo else moment).date()
+
+
 def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
     """What every row of a data file meets, from its Delta add action: its partition values
     (:func:`_partition_value`), and the range of each time, date and integer column its statistics give
@@ -369,15 +374,11 @@ class Engine:
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
 
-    def refresh(self) -> _State:
-        """What is registered now, opening the tables whose Delta log changed."""
-        with self._lock:
-            return self._refresh()
-
-    def _refresh(self, needed: set[str] | None = None) -> _State:
-        """:meth:`refresh`, with the lock held, of the tables ``needed`` (default: all) and the views whose
-        batch table is among them; copies the new versions of the tables not :data:`SCANNED` (unless a
-        version only rearranged the rows of the last one copied)."""
+    def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
+        """What is registered now (called with the lock held): the tables ``needed`` (default: all) opened
+        again if their Delta log changed, and, if ``fold``, the parts of the views whose batch table is
+        among them brought up to date; copies the new versions of the tables not :data:`SCANNED`
+        (unless a version only rearranged the rows of the last one copied)."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -393,7 +394,7 @@ class Engine:
                 if name in present and (name not in changed or self._tables[name].rearranged) and isinstance(data, str)
             }
         )
-        views = {name for name in self._views if needed is None or batch_relation(name) in needed}
+        views = {name for name in self._views if fold and (needed is None or batch_relation(name) in needed)}
         state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
             self._retired.update(_held(self._state) - _held(state))
@@ -470,27 +471,38 @@ class Engine:
 
     def finality(self) -> dict[str, dict[str, set[date]]]:
         """Per view, its ``final`` days (the ledger's) and its ``provisional`` ones: the UTC days its speed
-        rows hold windows of (a window whose partials were all taken back among them), not final. Read
-        from the engine's copy of the ledger and the views' speed parts, one state of both."""
+        partials hold windows of (a window whose partials were all taken back among them), not final.
+        Read from the engine's copy of the ledger and the partials' files (partitioned by the hour their
+        windows start), one state of both: no view's speed rows are folded for it."""
+        ledger_table, partials = tables.SERVING_STATE.name, tables.SPEED_PARTIALS.name
         with self._lock:
-            state = self._refresh()
-            ledger = state.tables.get(tables.SERVING_STATE.name)
+            ledger = self._refresh({ledger_table, partials}, fold=False).tables.get(ledger_table)
             final: dict[str, set[date]] = {name: set() for name in self._views}
             for name, day in self._db.execute(f'SELECT view, day FROM "{ledger}"').fetchall() if ledger else ():
                 final.setdefault(name, set()).add(day)
-            speed = {
-                name: {
-                    day
-                    for (day,) in self._db.execute(
-                        f'SELECT DISTINCT CAST(window_start AS DATE) FROM "{part.table}"'
-                    ).fetchall()
-                }
-                for (name, which), part in self._parts.items()
-                if which == "speed"
-            }
+            speed: dict[str, set[date]] = {}
+            for fragment in self._tables[partials].fragments or ():
+                keys = ds.get_partition_keys(fragment.partition_expression)
+                speed.setdefault(keys["view"], set()).add(_utc_day(keys["window_hour"]))
         return {
             name: {"final": final[name], "provisional": speed.get(name, set()) - final[name]} for name in self._views
         }
+
+    def with_data(self) -> set[str]:
+        """The tables and views that have data now, their tables opened again if they changed; no view's
+        rows are folded for it."""
+        with self._lock:
+            registered = self._refresh(fold=False).tables
+            return registered.keys() | {name for name in self._views if any(self._sources(name, registered))}
+
+    def _sources(self, name: str, registered: dict) -> tuple[bool, bool]:
+        """Whether view ``name`` has batch rows (its batch table and the ledger registered) and speed rows
+        (a column of its own in the registered partials)."""
+        partials = self._tables[tables.SPEED_PARTIALS.name].schema
+        return (
+            batch_relation(name) in registered and tables.SERVING_STATE.name in registered,
+            tables.SPEED_PARTIALS.name in registered and partials is not None and name in partials.names,
+        )
 
     def committed_at(self, name: str) -> datetime | None:
         """When table ``name``'s current version was committed (None if it has none)."""
@@ -516,14 +528,13 @@ class Engine:
         ``views`` are brought up to date if what they are made from changed (the new tables added to
         ``made``); the others' wait until a query reads them."""
         partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
-        schema = self._tables[partials].schema
-        columns = set(schema.names) if schema is not None and partials in registered else set()
         parts = {key: part for key, part in self._parts.items() if key[0] not in views}
         for name in views:
             view, batch = self._views[name], batch_relation(name)
             on = f'"{registered[ledger]}"' if ledger in registered else None
             finals = self._contents(ledger, registered)
-            if batch in registered and on:
+            has_batch, has_speed = self._sources(name, registered)
+            if has_batch:
                 made_from = (finals, self._contents(batch, registered))
                 part = self._parts.get((name, "batch"))
                 if part is None or part.made_from != made_from:
@@ -531,7 +542,7 @@ class Engine:
                     part = self._new_part(name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"')
                     made.add(part.table)
                 parts[(name, "batch")] = part
-            if name in columns:
+            if has_speed:
                 part = self._speed_part(view, on, (finals, self._tables[partials].seen))
                 made.add(part.table)
                 parts[(name, "speed")] = part
@@ -773,5 +784,4 @@ def memory(settings: Deployment) -> tuple[int, str]:
 
 def with_data(settings: Deployment) -> set[str]:
     """The views and tables that have data now (a view has data once its batch or speed table exists)."""
-    state = _engine(settings).refresh()
-    return state.tables.keys() | state.views.keys()
+    return _engine(settings).with_data()

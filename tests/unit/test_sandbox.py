@@ -618,7 +618,9 @@ def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
 
 def test_finality_is_the_ledgers_days_and_the_other_days_of_the_speed_rows(settings):
     """A view's final days are the ledger's; its provisional days those of its speed partials that are not
-    final, a window whose rows were all taken back among them, though the view shows no row of it."""
+    final, a window whose rows were all taken back among them, though the view shows no row of it. Neither
+    the days nor which views have data fold the view's rows (a health check does not stall the queries
+    of a view it does not read)."""
     view, day_one = "page_views_per_minute", datetime(2026, 1, 1, 11, tzinfo=UTC)
     second, third = day_one + timedelta(days=1), day_one + timedelta(days=2)
     write_deltalake(
@@ -630,6 +632,7 @@ def test_finality_is_the_ledgers_days_and_the_other_days_of_the_speed_rows(setti
     )
     days = engine.finality(settings)
     assert days[view] == {"final": {day_one.date()}, "provisional": {second.date(), third.date()}}
+    assert view in engine.with_data(settings) and (view, "speed") not in engine._engine(settings)._parts
     assert all(days[other] == {"final": set(), "provisional": set()} for other in set(settings.views) - {view})
     assert [r[0] for r in engine.query(settings, f"SELECT window_start FROM {view} WHERE source = 'speed'")[1]] == [
         second
