@@ -46,6 +46,7 @@ from urllib.parse import unquote
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as fs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -144,7 +145,9 @@ class _Table:
     """One Delta table, read again only when its log changed. Its files are kept as a list that a new
     version's commits extend, and made into an Arrow dataset only when one is asked for: a table that is
     copied into the database needs one only to be copied whole, and building one is the table's size
-    (10 ms at 3,000 files), where a micro-batch's commit adds a few."""
+    (10 ms at 3,000 files), where a micro-batch's commit adds a few. A local table's files are read with
+    Arrow's own file system: delta-rs' runs Python for each file opened, with the GIL held (a view's
+    fold of 60 micro-batches took 117 ms through it, 87 ms without)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -238,6 +241,17 @@ class _Table:
         if self.table.version() == self.version:
             return False
         whole = self.table.to_pyarrow_dataset()
+        if local is not None:
+            files = fs.SubTreeFileSystem(os.path.abspath(local), fs.LocalFileSystem())
+            whole = ds.FileSystemDataset(
+                [
+                    whole.format.make_fragment(f.path, files, partition_expression=f.partition_expression)
+                    for f in whole.get_fragments()
+                ],
+                whole.schema,
+                whole.format,
+                files,
+            )
         change = _appended(self.fragments, self.schema, whole)
         self.version, self.fragments, self._dataset = self.table.version(), list(whole.get_fragments()), whole
         self.schema, self._format, self._filesystem = whole.schema, whole.format, whole.filesystem
