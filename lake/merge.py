@@ -34,12 +34,11 @@ def folded_sql(view: View, rows: str, ledger: str | None = None) -> str:
     return f"SELECT *{values} FROM (SELECT {group}, {states} FROM {rows} GROUP BY {group}){final}"
 
 
-def refolded_sql(view: View, folded: str, partials: str, ledger: str | None = None) -> str:
+def refolded_sql(view: View, folded: str, new: str, ledger: str | None = None) -> str:
     """SQL: the rows of :func:`folded_sql` in the relation ``folded`` brought up to date with the new
-    partials table ``partials``: each window that a new partial of ``view`` touches, folded again from
-    its rows in ``folded`` and the new partials."""
+    partials ``new`` (of ``view``, as :func:`partials_of` gives them): each window that a new partial
+    touches, folded again from its rows in ``folded`` and the new partials."""
     columns = ", ".join(f'"{c}"' for c in (*_group(view), *merged(view)))
-    new = partials_of(view, partials)
     rows = (
         f"(SELECT {columns} FROM {folded} WHERE window_start IN (SELECT window_start FROM {new}) "
         f"UNION ALL SELECT {columns} FROM {new})"

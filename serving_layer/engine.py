@@ -53,7 +53,15 @@ from deltalake.exceptions import TableNotFoundError
 from infra import storage
 from infra.deployment import Deployment
 from lake import versions
-from lake.merge import batch_relation, folded_sql, merged_parts, partials_of, refolded_sql, speed_rows_sql
+from lake.merge import (
+    batch_relation,
+    final_days_sql,
+    folded_sql,
+    merged_parts,
+    partials_of,
+    refolded_sql,
+    speed_rows_sql,
+)
 from lake.sketches import sketch_functions
 from serving_layer import sandbox
 from views import tables
@@ -573,10 +581,12 @@ class Engine:
     def _speed_part(self, view: View, ledger: str | None, made_from: tuple) -> _Part:
         """The speed part of ``view``, its partials folded (``lake.merge.folded_sql``) from the partials'
         changes ``made_from`` names and the ledger relation ``ledger``. If the part was made with that
-        ledger and the partials' changes since then only added files, the windows their partials touch
-        are folded again, in place, from the part's rows and the new partials: a micro-batch's cost, not
-        the day's. Otherwise, or once the rows deleted from it outnumber its rows (so that what it holds
-        stays in proportion to its rows), a new table is made, under a name never used before."""
+        ledger, or with fewer of its rows (days made final since, as a batch run does), and the partials'
+        changes since then only added files, the part is brought up to date in place: the windows of the
+        days made final dropped, and the windows the new partials touch folded again from the part's
+        rows and the new partials (the new files read once): a micro-batch's cost, not the day's.
+        Otherwise, or once the rows deleted from it outnumber its rows (so that what it holds stays in
+        proportion to its rows), a new table is made, under a name never used before."""
         table, previous = self._tables[tables.SPEED_PARTIALS.name], self._parts.get((view.name, "speed"))
         if previous is not None and previous.made_from == made_from:
             return previous
@@ -584,7 +594,9 @@ class Engine:
         def reads(part: str) -> str:
             return speed_rows_sql(view, f'"{part}"')
 
-        added = table.added(previous.made_from[1]) if previous and previous.made_from[0] == made_from[0] else None
+        finals, before = made_from[0], previous.made_from[0] if previous else None
+        grown = finals is not None and (before is None or before[0] == finals[0])  # the ledger came or grew
+        added = table.added(previous.made_from[1]) if previous and (before == finals or grown) else None
         if previous is None or added is None:
             with self._reading(table.read_anew()):
                 part = self._new_part(
@@ -593,19 +605,27 @@ class Engine:
             _give_back_freed()
             return part
         rows, deleted, kept = previous.rows, previous.deleted, f'"{previous.table}"'
-        if added:
-            with self._reading(table.read_anew(added)):
-                try:
-                    self._db.execute("BEGIN TRANSACTION")
-                    self._db.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_version', ledger)}")
-                    gone = self._count(f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
-                    rows += self._count(f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
-                    deleted += gone
-                    self._db.execute("DROP TABLE _refolded")
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
+        try:
+            self._db.execute("BEGIN TRANSACTION")
+            if before != finals:
+                assert ledger is not None  # the ledger came or grew
+                gone = self._count(
+                    f"DELETE FROM {kept} WHERE CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})"
+                )
+                rows, deleted = rows - gone, deleted + gone
+            if added:
+                with self._reading(table.read_anew(added)):
+                    self._db.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
+                self._db.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', ledger)}")
+                gone = self._count(f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
+                rows += self._count(f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
+                deleted += gone
+                self._db.execute("DROP TABLE _refolded")
+                self._db.execute("DROP TABLE _new")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
         if deleted <= rows:
             return _Part(previous.table, made_from, previous.reads, rows, deleted)
         return self._new_part(view.name, f"FROM {kept}", made_from, reads)

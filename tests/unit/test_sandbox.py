@@ -580,8 +580,9 @@ def _partials(*rows: tuple[datetime, str, int, tuple[str, ...]]) -> pa.Table:
 def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
     """The engine keeps each merged view's batch and speed rows as tables of its own. A micro-batch that
     appends partials makes again, in place, the windows it touches (a window grown, a window new, a
-    window of a final day ignored), when a query reads the view; a rewrite of the partials or a new
-    final day makes them anew. Each time the view's rows are the merge's own SQL over the same tables."""
+    window of a final day ignored), when a query reads the view, and a day made final drops its windows
+    there too, even with new partials of it; a rewrite of the partials makes them anew. Each time the
+    view's rows are the merge's own SQL over the same tables."""
     path, view = settings.table("speed_partials"), "page_views_per_minute"
     noon, day_one = datetime(2026, 1, 2, 12, tzinfo=UTC), datetime(2026, 1, 1, 10, tzinfo=UTC)
     served = lambda: engine.query(settings, f"FROM {view} ORDER BY window_start, page")[1]  # noqa: E731
@@ -610,10 +611,16 @@ def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
     ]
     append((noon, "/", 1, ("u9",)), mode="overwrite")
     assert served() == merged() and served()[1][3] == 1 and speed_table() != first
+    anew = speed_table()
+    append((noon + timedelta(days=1), "/b", 4, ("u6",)))
+    assert served() == merged() and len(served()) == 3
     write_deltalake(
         settings.table("serving_state"), pa.table({"view": [view], "day": [date(2026, 1, 2)]}), mode="append"
     )
-    assert served() == merged() and [r[5] for r in served()] == ["batch"]
+    append((noon, "/", 7, ("u7",)), (noon + timedelta(days=1, minutes=1), "/b", 1, ("u8",)))
+    rows = served()
+    assert rows == merged() and speed_table() == anew
+    assert [(r[2], r[3], r[5]) for r in rows] == [("/", 3, "batch"), ("/b", 4, "speed"), ("/b", 1, "speed")]
 
 
 def test_finality_is_the_ledgers_days_and_the_other_days_of_the_speed_rows(settings):
