@@ -18,7 +18,8 @@ Each view's two parts (lake.merge.merged_parts: batch rows of its final days, sp
 others) are kept as tables too, and the view is their union: DuckDB binds and plans that in a third of
 the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
 window's folded states (lake.merge.folded_sql), so the files a micro-batch adds are folded, in place,
-into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's.
+into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's;
+and the days a batch run makes final have their windows deleted from it.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
