@@ -19,11 +19,15 @@ others) are kept as tables too, and the view is their union: DuckDB binds and pl
 the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
 window's folded states (lake.merge.folded_sql), so the files a micro-batch adds are folded, in place,
 into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's;
-and the days a batch run makes final have their windows deleted from it.
+and the days a batch run makes final have their windows deleted from it. A view's speed part is folded
+outside the engine's lock, under a lock of the view's own: a fold holds up the queries of that view
+alone (a health check folding the views no analyst reads stalled every query for up to a second).
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
-switch shows at the next query, whole, and a query runs on one state (one version of each table).
+switch shows at the next query, whole, and a query runs on one state (one version of each table): in a
+DuckDB transaction begun, under the engine's lock, on the state it found, so that what a fold or a
+batch run's new final days change in place afterwards is not seen by it.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import unquote
 
@@ -150,6 +154,43 @@ def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
     return expression
 
 
+@dataclass(frozen=True)
+class _Files:
+    """A table's files at one version, as a refresh found them, and its changes up to it: the last
+    :data:`CHANGES` of ``seen`` in all, each the files it added rows in, if it only added rows."""
+
+    fragments: list[ds.Fragment]
+    schema: pa.Schema
+    format: ds.FileFormat
+    filesystem: fs.FileSystem
+    changes: tuple[list[ds.Fragment] | None, ...]
+    seen: int
+
+    def added(self, since: int) -> list[ds.Fragment] | None:
+        """The files that the changes after the first ``since`` added rows in, if they only added rows
+        and are remembered; else None."""
+        back = self.seen - since
+        if back > len(self.changes):
+            return None
+        changes = self.changes[len(self.changes) - back :]
+        return None if None in changes else [fragment for change in changes for fragment in change or ()]
+
+    def read_anew(self, fragments: list[ds.Fragment] | None = None) -> ds.FileSystemDataset:
+        """The files ``fragments`` (default: all) as a dataset of new fragments: a fragment once scanned
+        keeps its file's Parquet metadata for as long as it lives (120 KB for a file of speed_partials),
+        so the fragments the engine keeps must not be the ones it reads to copy a table or fold
+        partials, which it reads once."""
+        return ds.FileSystemDataset(
+            [
+                self.format.make_fragment(f.path, self.filesystem, partition_expression=f.partition_expression)
+                for f in (self.fragments if fragments is None else fragments)
+            ],
+            self.schema,
+            self.format,
+            self.filesystem,
+        )
+
+
 class _Table:
     """One Delta table, read again only when its log changed. Its files are kept as a list that a new
     version's commits extend, and made into an Arrow dataset only when one is asked for: a table that is
@@ -185,30 +226,14 @@ class _Table:
         """Whether the last change only rearranged rows (it added none)."""
         return self.appended == []
 
-    def added(self, since: int) -> list[ds.Fragment] | None:
-        """The files that the changes after the first ``since`` added rows in, if they only added rows
-        and are remembered; else None."""
-        back = self.seen - since
-        if back > len(self.changes):
-            return None
-        changes = list(self.changes)[len(self.changes) - back :]
-        return None if None in changes else [fragment for change in changes for fragment in change or ()]
+    def files(self) -> _Files:
+        """The current version's files and the changes remembered (a table with data only)."""
+        assert self.fragments is not None and self.schema is not None and self._format is not None
+        return _Files(self.fragments, self.schema, self._format, self._filesystem, tuple(self.changes), self.seen)
 
     def read_anew(self, fragments: list[ds.Fragment] | None = None) -> ds.FileSystemDataset:
-        """The files ``fragments`` (default: the current version's) as a dataset of new fragments: a
-        fragment once scanned keeps its file's Parquet metadata for as long as it lives (120 KB for a
-        file of speed_partials), so the fragments the engine keeps must not be the ones it reads to copy
-        a table or fold partials, which it reads once."""
-        assert self.fragments is not None and self._format is not None  # only a table with data is read
-        return ds.FileSystemDataset(
-            [
-                self._format.make_fragment(f.path, self._filesystem, partition_expression=f.partition_expression)
-                for f in (self.fragments if fragments is None else fragments)
-            ],
-            self.schema,
-            self._format,
-            self._filesystem,
-        )
+        """The files ``fragments`` (default: the current version's) as a dataset (:meth:`_Files.read_anew`)."""
+        return self.files().read_anew(fragments)
 
     def _changed(self, change: list[ds.Fragment] | None) -> bool:
         self.changes.append(change)
@@ -336,6 +361,21 @@ class _Part:
     reads: str
     rows: int
     deleted: int = 0
+    #: A speed part's: the number of the refresh it was folded for (:class:`_Fold`).
+    tick: int = 0
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """A view's speed part to bring up to date, as a refresh found it: what the part is to be made from
+    (:meth:`Engine._make_parts`), the ledger's relation, the partials' files, and the refresh's number (a
+    part folded for a later refresh holds at least what this one asks)."""
+
+    view: View
+    made_from: tuple
+    ledger: str | None
+    partials: _Files
+    tick: int
 
 
 class _Cursor:
@@ -343,8 +383,34 @@ class _Cursor:
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.con, self.state = con, _State()
+        #: Whether a transaction is open, and the state registered before it began (a rollback's).
+        self.open, self.committed = False, self.state
         #: The slow lane's run of a query on this cursor that its caller stopped waiting for.
         self.abandoned: Future | None = None
+
+    def begin(self) -> None:
+        """Begin a transaction that reads the database as it is now (DuckDB takes its snapshot at the
+        first statement that reads the catalog, not at ``BEGIN``): what a view's rows are changed to in
+        place afterwards (:meth:`Engine._fold`) is not seen by it."""
+        self.con.execute("BEGIN TRANSACTION")
+        self.open, self.committed = True, self.state
+        self.con.execute("FROM duckdb_tables() LIMIT 0")
+
+    def end(self, ok: bool) -> None:
+        """End the transaction, if one is open: commit it (what :meth:`sync` registered stays), or, if
+        something in it failed, roll it back (DuckDB refuses anything more in a failed transaction)."""
+        if not self.open:
+            return
+        self.open = False
+        if ok:
+            try:
+                self.con.execute("COMMIT")
+                return
+            except duckdb.Error:
+                pass
+        with suppress(duckdb.Error):  # a failed commit may have rolled back already
+            self.con.execute("ROLLBACK")
+        self.state = self.committed
 
     def sync(self, state: _State) -> None:
         """Register what changed between this cursor's state and ``state``."""
@@ -396,12 +462,18 @@ class Engine:
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
+        #: The refreshes' numbers; per view, the lock its folds take and the cursor they run on.
+        self._ticks = itertools.count(1)
+        self._folding = {name: threading.Lock() for name in self._views}
+        self._folders = {name: self._db.cursor() for name in self._views}
 
-    def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
-        """What is registered now (called with the lock held): the tables ``needed`` (default: all) opened
-        again if their Delta log changed, and, if ``fold``, the parts of the views whose batch table is
-        among them brought up to date; copies the new versions of the tables not :data:`SCANNED`
-        (unless a version only rearranged the rows of the last one copied)."""
+    def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> tuple[_State, list[_Fold]]:
+        """What is registered now (called with the lock held), and the folds that would bring the speed
+        parts of its views up to date: the tables ``needed`` (default: all) opened again if their Delta
+        log changed, and, if ``fold``, the batch parts of the views whose batch table is among them
+        brought up to date and their speed parts' folds listed (:meth:`_fold` runs them outside the
+        lock); copies the new versions of the tables not :data:`SCANNED` (unless a version only
+        rearranged the rows of the last one copied)."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -418,12 +490,18 @@ class Engine:
             }
         )
         views = {name for name in self._views if fold and (needed is None or batch_relation(name) in needed)}
-        state = self._build([name for name in changed if name in present and name not in registered], registered, views)
+        state, folds = self._build(
+            [name for name in changed if name in present and name not in registered], registered, views
+        )
         if changed or state.views != self._state.views:
-            self._retired.update(_held(self._state) - _held(state))
-            self._state = state
-            self._drop_unused()
-        return self._state
+            self._move_to(state)
+        return self._state, folds
+
+    def _move_to(self, state: _State) -> None:
+        """Make ``state`` the current one; the copies and parts only the last one held are dropped once unused."""
+        self._retired.update(_held(self._state) - _held(state))
+        self._state = state
+        self._drop_unused()
 
     def _point_batch_tables(self) -> None:
         """Read each view's batch rows from the table the version pointers name now."""
@@ -441,7 +519,7 @@ class Engine:
             self._rows.pop(copy, None)
         self._retired -= unused
 
-    def _build(self, names: list[str], registered: dict, views: set[str]) -> _State:
+    def _build(self, names: list[str], registered: dict, views: set[str]) -> tuple[_State, list[_Fold]]:
         """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the parts
         of the merged ``views`` brought up to date (:meth:`_make_parts`). If one does not fit in memory,
         nothing new is kept and the tables are read anew at the next query (which tries again), not left
@@ -475,11 +553,11 @@ class Engine:
         order = " ORDER BY window_start" if "window_start" in table.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
-        with self._reading(table.read_anew(table.appended if grown else None)):
+        with self._reading(self._db, table.read_anew(table.appended if grown else None)):
             self._rows[copy] = (
-                self._rows[copy] + self._count(f'INSERT INTO "{copy}" FROM _version{order}')
+                self._rows[copy] + self._count(self._db, f'INSERT INTO "{copy}" FROM _version{order}')
                 if grown
-                else self._count(f'CREATE TABLE "{copy}" AS FROM _version{order}')
+                else self._count(self._db, f'CREATE TABLE "{copy}" AS FROM _version{order}')
             )
         if not grown:
             _give_back_freed()
@@ -499,7 +577,7 @@ class Engine:
         windows start), one state of both: no view's speed rows are folded for it."""
         ledger_table, partials = tables.SERVING_STATE.name, tables.SPEED_PARTIALS.name
         with self._lock:
-            ledger = self._refresh({ledger_table, partials}, fold=False).tables.get(ledger_table)
+            ledger = self._refresh({ledger_table, partials}, fold=False)[0].tables.get(ledger_table)
             final: dict[str, set[date]] = {name: set() for name in self._views}
             for name, day in self._db.execute(f'SELECT view, day FROM "{ledger}"').fetchall() if ledger else ():
                 final.setdefault(name, set()).add(day)
@@ -515,7 +593,7 @@ class Engine:
         """The tables and views that have data now, their tables opened again if they changed; no view's
         rows are folded for it."""
         with self._lock:
-            registered = self._refresh(fold=False).tables
+            registered = self._refresh(fold=False)[0].tables
             return registered.keys() | {name for name in self._views if any(self._sources(name, registered))}
 
     def _sources(self, name: str, registered: dict) -> tuple[bool, bool]:
@@ -545,13 +623,15 @@ class Engine:
         copy = registered.get(name)
         return (copy, self._rows[copy]) if isinstance(copy, str) else None
 
-    def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> _State:
+    def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> tuple[_State, list[_Fold]]:
         """The state over ``registered``: each merged view's parts as tables of the database (a point query
-        binds a union of two tables in a third of the time it binds the merge's SQL). The parts of
-        ``views`` are brought up to date if what they are made from changed (the new tables added to
-        ``made``); the others' wait until a query reads them."""
+        binds a union of two tables in a third of the time it binds the merge's SQL), and the folds that
+        would bring the speed parts of ``views`` up to date. Their batch parts are made again here if
+        what they are made from changed (the new tables added to ``made``); the other views' parts wait
+        until a query reads them."""
         partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
         parts = {key: part for key, part in self._parts.items() if key[0] not in views}
+        folds, tick = [], next(self._ticks)
         for name in views:
             view, batch = self._views[name], batch_relation(name)
             on = f'"{registered[ledger]}"' if ledger in registered else None
@@ -562,14 +642,23 @@ class Engine:
                 part = self._parts.get((name, "batch"))
                 if part is None or part.made_from != made_from:
                     sql = merged_parts(view, f'"{registered[batch]}"', None, on)["batch"]
-                    part = self._new_part(name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"')
+                    part = self._new_part(
+                        self._db, name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"'
+                    )
                     made.add(part.table)
                 parts[(name, "batch")] = part
             if has_speed:
-                part = self._speed_part(view, on, (finals, self._tables[partials].seen))
-                made.add(part.table)
-                parts[(name, "speed")] = part
+                folded, part = (finals, self._tables[partials].seen), self._parts.get((name, "speed"))
+                if part is not None:
+                    parts[(name, "speed")] = part
+                if part is None or part.made_from != folded:
+                    folds.append(_Fold(view, folded, on, self._tables[partials].files(), tick))
         self._parts = parts
+        return self._state_of(registered, parts), folds
+
+    @staticmethod
+    def _state_of(registered: dict, parts: dict[tuple[str, str], _Part]) -> _State:
+        """The state of the tables ``registered`` and the views' ``parts``."""
         found: dict[str, list[str]] = {}
         for (name, _), part in sorted(parts.items()):
             found.setdefault(name, []).append(part.reads)
@@ -579,77 +668,105 @@ class Engine:
             frozenset(part.table for part in parts.values()),
         )
 
-    def _speed_part(self, view: View, ledger: str | None, made_from: tuple) -> _Part:
-        """The speed part of ``view``, its partials folded (``lake.merge.folded_sql``) from the partials'
-        changes ``made_from`` names and the ledger relation ``ledger``. If the part was made with that
-        ledger, or with fewer of its rows (days made final since, as a batch run does), and the partials'
-        changes since then only added files, the part is brought up to date in place: the windows of the
-        days made final dropped, and the windows the new partials touch folded again from the part's
-        rows and the new partials (the new files read once): a micro-batch's cost, not the day's.
-        Otherwise, or once the rows deleted from it outnumber its rows (so that what it holds stays in
-        proportion to its rows), a new table is made, under a name never used before."""
-        table, previous = self._tables[tables.SPEED_PARTIALS.name], self._parts.get((view.name, "speed"))
-        if previous is not None and previous.made_from == made_from:
-            return previous
+    def _fold(self, fold: _Fold) -> None:
+        """Bring a view's speed part up to what ``fold`` asks, outside the engine's lock: under the view's
+        own, on its own cursor, so that the queries of other views, and those that began before it
+        (:meth:`_Cursor.begin`), go on meanwhile. A part folded since for a later refresh is left as it is."""
+        name = fold.view.name
+        with self._folding[name]:
+            previous = self._parts.get((name, "speed"))
+            if previous is not None and (previous.made_from == fold.made_from or previous.tick > fold.tick):
+                return
+            try:
+                part = self._speed_part(self._folders[name], fold, previous)
+            except duckdb.OutOfMemoryException:
+                raise sandbox.QueryError(
+                    f"the merged view {name} does not fit in the query engine's memory limit, "
+                    f"{sandbox.memory_limit_of(self._db)}; raise the setting query_memory_limit"
+                ) from None
+            with self._lock:
+                if self._sources(name, self._state.tables)[1]:
+                    self._parts = {**self._parts, (name, "speed"): part}
+                    self._move_to(self._state_of(self._state.tables, self._parts))
+                elif previous is None or part.table != previous.table:  # the partials went meanwhile
+                    self._retired.add(part.table)
+                    self._drop_unused()
+
+    def _speed_part(self, con: duckdb.DuckDBPyConnection, fold: _Fold, previous: _Part | None) -> _Part:
+        """The speed part of a view, its partials folded (``lake.merge.folded_sql``) as ``fold`` asks, on
+        ``con``. If the ``previous`` part was made with that ledger, or with fewer of its rows (days made
+        final since, as a batch run does), and the partials' changes since then only added files, the
+        part is brought up to date in place: the windows of the days made final dropped, and the windows
+        the new partials touch folded again from the part's rows and the new partials (the new files
+        read once): a micro-batch's cost, not the day's. Otherwise, or once the rows deleted from it
+        outnumber its rows (so that what it holds stays in proportion to its rows), a new table is made,
+        under a name never used before."""
+        view, ledger, made_from = fold.view, fold.ledger, fold.made_from
 
         def reads(part: str) -> str:
             return speed_rows_sql(view, f'"{part}"')
 
         finals, before = made_from[0], previous.made_from[0] if previous else None
         grown = finals is not None and (before is None or before[0] == finals[0])  # the ledger came or grew
-        added = table.added(previous.made_from[1]) if previous and (before == finals or grown) else None
+        added = fold.partials.added(previous.made_from[1]) if previous and (before == finals or grown) else None
         if previous is None or added is None:
-            with self._reading(table.read_anew()):
+            with self._reading(con, fold.partials.read_anew()):
                 part = self._new_part(
-                    view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
+                    con, view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
                 )
             _give_back_freed()
-            return part
+            return replace(part, tick=fold.tick)
         rows, deleted, kept = previous.rows, previous.deleted, f'"{previous.table}"'
         try:
-            self._db.execute("BEGIN TRANSACTION")
+            con.execute("BEGIN TRANSACTION")
             if before != finals:
                 assert ledger is not None  # the ledger came or grew
                 gone = self._count(
-                    f"DELETE FROM {kept} WHERE CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})"
+                    con, f"DELETE FROM {kept} WHERE CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})"
                 )
                 rows, deleted = rows - gone, deleted + gone
             if added:
-                with self._reading(table.read_anew(added)):
-                    self._db.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
-                self._db.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', ledger)}")
-                gone = self._count(f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
-                rows += self._count(f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
+                with self._reading(con, fold.partials.read_anew(added)):
+                    con.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
+                con.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', ledger)}")
+                gone = self._count(
+                    con, f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)"
+                )
+                rows += self._count(con, f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
                 deleted += gone
-                self._db.execute("DROP TABLE _refolded")
-                self._db.execute("DROP TABLE _new")
-            self._db.execute("COMMIT")
+                con.execute("DROP TABLE _refolded")
+                con.execute("DROP TABLE _new")
+            con.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            con.execute("ROLLBACK")
             raise
         if deleted <= rows:
-            return _Part(previous.table, made_from, previous.reads, rows, deleted)
-        return self._new_part(view.name, f"FROM {kept}", made_from, reads)
+            return _Part(previous.table, made_from, previous.reads, rows, deleted, fold.tick)
+        return replace(self._new_part(con, view.name, f"FROM {kept}", made_from, reads), tick=fold.tick)
 
-    def _new_part(self, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]) -> _Part:
-        """A part of ``view`` made anew from ``sql``, in window order; ``reads`` gives the SQL that reads
-        it, from its table's name."""
+    def _new_part(
+        self, con: duckdb.DuckDBPyConnection, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]
+    ) -> _Part:
+        """A part of ``view`` made anew from ``sql`` on ``con``, in window order; ``reads`` gives the SQL
+        that reads it, from its table's name."""
         table = f"{view}:{next(self._copies)}"
-        rows = self._count(f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start')
+        rows = self._count(con, f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start')
         return _Part(table, made_from, reads(table), rows)
 
+    @staticmethod
     @contextmanager
-    def _reading(self, data: ds.FileSystemDataset) -> Iterator[None]:
-        """``data`` registered on the database as ``_version`` meanwhile."""
-        self._db.register("_version", data)
+    def _reading(con: duckdb.DuckDBPyConnection, data: ds.FileSystemDataset) -> Iterator[None]:
+        """``data`` registered on ``con`` as ``_version`` meanwhile."""
+        con.register("_version", data)
         try:
             yield
         finally:
-            self._db.unregister("_version")
+            con.unregister("_version")
 
-    def _count(self, statement: str) -> int:
-        """Run ``statement``; the rows it wrote or deleted."""
-        return self._db.execute(statement).fetchall()[0][0]
+    @staticmethod
+    def _count(con: duckdb.DuckDBPyConnection, statement: str) -> int:
+        """Run ``statement`` on ``con``; the rows it wrote or deleted."""
+        return con.execute(statement).fetchall()[0][0]
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
@@ -684,51 +801,96 @@ class Engine:
         view's query does not wait for raw_events' new version."""
         with self._lock:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
+        held: list[_State] = []  # the states the query ran on (each kept until it ends)
         try:
             reads, tree = self._read_by(cursor.con, sql)
-            with self._lock:
-                state = self._refresh(reads)
-                self._running[state] += 1
+            held.append(self._begin(cursor, reads))
+            found = self._run(cursor, sql, params, tree, held)
         except BaseException:
-            self._give_back(cursor)
+            self._end(cursor, held, ok=False)
             raise
+        self._end(cursor, held, ok=True)
+        return found
+
+    def _begin(self, cursor: _Cursor, reads: set[str] | None) -> _State:
+        """Bring the tables ``reads`` (None: all) up to date, and the speed parts of the views among them
+        (:meth:`_fold`, outside the lock); then begin a transaction on ``cursor`` over the current state
+        (:meth:`_pin`)."""
+        with self._lock:
+            state, folds = self._refresh(reads)
+            if not folds:
+                return self._pin(cursor)
+            self._running[state] += 1  # its copies stay while the folds read them
         try:
-            cursor.sync(state)
-            known = state.tables.keys() | state.views.keys()
-            if self._passed.get(sql) != known:
-                sandbox.check(cursor.con, sql, known, tree)
-                if len(self._passed) >= PASSED:
-                    self._passed.clear()
-                self._passed[sql] = known
-            return self._run(cursor, sql, params)
+            for fold in folds:
+                self._fold(fold)
         finally:
             with self._lock:
                 self._running -= Counter([state])
                 self._drop_unused()
-            if cursor.abandoned is None:
-                self._give_back(cursor)
-            else:  # the cursor is free once the lane's run stopped
-                cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
-
-    def _give_back(self, cursor: _Cursor) -> None:
-        cursor.abandoned = None
         with self._lock:
-            self._idle.append(cursor)
+            return self._pin(cursor)
 
-    def _run(self, cursor: _Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
+    def _pin(self, cursor: _Cursor) -> _State:
+        """The current state, kept until the query ends, with a transaction begun on ``cursor`` that sees
+        the database as it is now (called with the lock held: a refresh that makes days final changes
+        the batch part and then the speed part, so the transaction sees both or neither)."""
+        self._running[self._state] += 1
+        cursor.begin()
+        return self._state
+
+    def _end(self, cursor: _Cursor, held: list[_State], ok: bool) -> None:
+        """End the query on ``cursor``: its states let go and the cursor given back once free."""
+        with self._lock:
+            self._running -= Counter(held)
+            self._drop_unused()
+
+        def give_back(*_) -> None:
+            try:
+                cursor.end(ok and cursor.abandoned is None)
+            finally:
+                cursor.abandoned = None
+                with self._lock:
+                    self._idle.append(cursor)
+
+        if cursor.abandoned is None:
+            give_back()
+        else:  # the cursor is free once the lane's run stopped
+            cursor.abandoned.add_done_callback(give_back)
+
+    def _checked(self, cursor: _Cursor, state: _State, sql: str, tree: dict | None) -> None:
+        """Register ``state`` on ``cursor`` and check ``sql`` in the sandbox against it (once per query
+        text and set of relations)."""
+        cursor.sync(state)
+        known = state.tables.keys() | state.views.keys()
+        if self._passed.get(sql) != known:
+            sandbox.check(cursor.con, sql, known, tree)
+            if len(self._passed) >= PASSED:
+                self._passed.clear()
+            self._passed[sql] = known
+
+    def _run(
+        self, cursor: _Cursor, sql: str, params: dict | None, tree: dict | None, held: list[_State]
+    ) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``; if it runs longer, stop it and
-        run it again in the slow lane until its time limit (waiting its turn counts)."""
+        run it again in the slow lane until its time limit (waiting its turn counts), in a transaction
+        begun anew on the state then current (the stop ended the first)."""
         limit, fast, rows = (
             self.settings.query_timeout_seconds,
             self.settings.query_fast_lane_seconds,
             self.settings.query_max_rows,
         )
         con, deadline = cursor.con, time.monotonic() + limit
+        self._checked(cursor, held[-1], sql, tree)
         try:
             return sandbox.run(con, sql, min(fast, limit), rows, params)
         except sandbox.TimeLimit:
             if fast >= limit:
                 raise
+        cursor.end(ok=False)
+        with self._lock:
+            held.append(self._pin(cursor))
+        self._checked(cursor, held[-1], sql, tree)
 
         def slow() -> tuple[list[str], list[tuple]]:
             left = deadline - time.monotonic()
@@ -750,8 +912,8 @@ class Engine:
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
         with self._lock:
-            for cursor in self._idle:
-                cursor.con.close()
+            for con in [*(cursor.con for cursor in self._idle), *self._folders.values()]:
+                con.close()
             self._idle.clear()
             self._db.close()
 

@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import re
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import date, datetime, timedelta
@@ -621,6 +622,79 @@ def test_a_micro_batch_brings_the_speed_rows_up_to_date_in_place(settings):
     rows = served()
     assert rows == merged() and speed_table() == anew
     assert [(r[2], r[3], r[5]) for r in rows] == [("/", 3, "batch"), ("/b", 4, "speed"), ("/b", 1, "speed")]
+
+
+def test_a_query_reads_the_state_it_began_on_while_a_day_is_made_final(settings, monkeypatch):
+    """A query that began before a batch run made a day final reads the view as it was: the day's speed
+    rows, though another query dropped them from the speed part in place meanwhile (the batch rows of a
+    day made final come in a new batch part, which the first query does not read): no day goes missing."""
+    view, noon = "page_views_per_minute", datetime(2026, 1, 2, 12, tzinfo=UTC)
+    write_deltalake(
+        settings.table("speed_partials"),
+        _partials((noon, "/", 4, ("u1",)), (noon + timedelta(days=1), "/", 2, ("u2",))),
+        partition_by=["view", "window_hour"],
+    )
+    write_deltalake(
+        versions.current(settings, view),
+        pa.table(
+            {
+                "window_start": pa.array([noon], WINDOW),
+                "window_end": pa.array([noon + timedelta(minutes=1)], WINDOW),
+                "page": ["/"],
+                "views": [5],
+                "unique_users": [1],
+            }
+        ),
+        mode="append",
+    )
+    sql = f"SELECT window_start, views, source FROM {view} ORDER BY window_start"
+    first_day, next_day = (datetime(2026, 1, 1, 10, tzinfo=UTC), 3, "batch"), (noon + timedelta(days=1), 2, "speed")
+    before = [first_day, (noon, 4, "speed"), next_day]
+    assert engine.query(settings, sql)[1] == before
+    speed_table = engine._engine(settings)._parts[(view, "speed")].table
+    began, go, run = threading.Event(), threading.Event(), sandbox.run
+
+    def paused(con, text, *args):
+        if threading.current_thread().name.startswith("first"):
+            began.set()
+            go.wait(10)
+        return run(con, text, *args)
+
+    monkeypatch.setattr(sandbox, "run", paused)
+    with ThreadPoolExecutor(1, "first") as first:
+        found = first.submit(engine.query, settings, sql)
+        assert began.wait(10)
+        write_deltalake(
+            settings.table("serving_state"), pa.table({"view": [view], "day": [noon.date()]}), mode="append"
+        )
+        assert engine.query(settings, sql)[1] == [first_day, (noon, 5, "batch"), next_day]
+        assert engine._engine(settings)._parts[(view, "speed")].table == speed_table  # dropped in place
+        go.set()
+        assert found.result(10)[1] == before
+
+
+def test_a_view_is_folded_without_holding_up_the_queries_of_other_relations(settings, monkeypatch):
+    """A view's speed rows are folded outside the engine's lock: while one is slow, a query of another
+    relation is answered (a health check that folds the views no analyst reads does not stall theirs)."""
+    view, noon = "page_views_per_minute", datetime(2026, 1, 2, 12, tzinfo=UTC)
+    write_deltalake(
+        settings.table("speed_partials"), _partials((noon, "/", 4, ("u1",))), partition_by=["view", "window_hour"]
+    )
+    folding, go, folded_sql = threading.Event(), threading.Event(), engine.folded_sql
+
+    def slow(*args):
+        folding.set()
+        go.wait(10)
+        return folded_sql(*args)
+
+    monkeypatch.setattr(engine, "folded_sql", slow)
+    with ThreadPoolExecutor(1) as first:
+        found = first.submit(engine.query, settings, f"SELECT views FROM {view} WHERE source = 'speed'")
+        assert folding.wait(10)
+        with ThreadPoolExecutor(1) as other:
+            assert other.submit(engine.query, settings, "SELECT count(*) FROM raw_events").result(5)[1] == [(2,)]
+        go.set()
+        assert found.result(10)[1] == [(4,)]
 
 
 def test_finality_is_the_ledgers_days_and_the_other_days_of_the_speed_rows(settings):
