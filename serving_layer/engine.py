@@ -19,15 +19,14 @@ others) are kept as tables too, and the view is their union: DuckDB binds and pl
 the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
 window's folded states (lake.merge.folded_sql), so the files a micro-batch adds are folded, in place,
 into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's;
-and the days a batch run makes final have their windows deleted from it. A view's speed part is folded
-outside the engine's lock, under a lock of the view's own: a fold holds up the queries of that view
-alone (a health check folding the views no analyst reads stalled every query for up to a second).
+and the days a batch run makes final are left out of a copy of it. Speed parts are folded outside the
+engine's lock, one at a time: a fold holds up the queries that read its view, not the others (a health
+check folding the views no analyst reads stalled every query for up to a second).
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
-switch shows at the next query, whole, and a query runs on one state (one version of each table): in a
-DuckDB transaction begun, under the engine's lock, on the state it found, so that what a fold or a
-batch run's new final days change in place afterwards is not seen by it.
+switch shows at the next query, whole, and a query runs on the state it found: a view's batch and
+speed parts of one ledger (a fold changes a part in place only to add a micro-batch's rows).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import unquote
@@ -383,34 +382,8 @@ class _Cursor:
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.con, self.state = con, _State()
-        #: Whether a transaction is open, and the state registered before it began (a rollback's).
-        self.open, self.committed = False, self.state
         #: The slow lane's run of a query on this cursor that its caller stopped waiting for.
         self.abandoned: Future | None = None
-
-    def begin(self) -> None:
-        """Begin a transaction that reads the database as it is now (DuckDB takes its snapshot at the
-        first statement that reads the catalog, not at ``BEGIN``): what a view's rows are changed to in
-        place afterwards (:meth:`Engine._fold`) is not seen by it."""
-        self.con.execute("BEGIN TRANSACTION")
-        self.open, self.committed = True, self.state
-        self.con.execute("FROM duckdb_tables() LIMIT 0")
-
-    def end(self, ok: bool) -> None:
-        """End the transaction, if one is open: commit it (what :meth:`sync` registered stays), or, if
-        something in it failed, roll it back (DuckDB refuses anything more in a failed transaction)."""
-        if not self.open:
-            return
-        self.open = False
-        if ok:
-            try:
-                self.con.execute("COMMIT")
-                return
-            except duckdb.Error:
-                pass
-        with suppress(duckdb.Error):  # a failed commit may have rolled back already
-            self.con.execute("ROLLBACK")
-        self.state = self.committed
 
     def sync(self, state: _State) -> None:
         """Register what changed between this cursor's state and ``state``."""
@@ -462,10 +435,9 @@ class Engine:
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
-        #: The refreshes' numbers; per view, the lock its folds take and the cursor they run on.
+        #: The refreshes' numbers; the lock the folds take (one at a time) and the cursor they run on.
         self._ticks = itertools.count(1)
-        self._folding = {name: threading.Lock() for name in self._views}
-        self._folders = {name: self._db.cursor() for name in self._views}
+        self._folding, self._folder = threading.Lock(), self._db.cursor()
 
     def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> tuple[_State, list[_Fold]]:
         """What is registered now (called with the lock held), and the folds that would bring the speed
@@ -669,16 +641,17 @@ class Engine:
         )
 
     def _fold(self, fold: _Fold) -> None:
-        """Bring a view's speed part up to what ``fold`` asks, outside the engine's lock: under the view's
-        own, on its own cursor, so that the queries of other views, and those that began before it
-        (:meth:`_Cursor.begin`), go on meanwhile. A part folded since for a later refresh is left as it is."""
+        """Bring a view's speed part up to what ``fold`` asks, outside the engine's lock, so that the
+        queries of other relations go on meanwhile; one fold at a time (folds side by side on 2 cores
+        slowed the point queries in a soak), on a cursor of the folds' own. A part
+        folded since for a later refresh is left as it is."""
         name = fold.view.name
-        with self._folding[name]:
+        with self._folding:
             previous = self._parts.get((name, "speed"))
             if previous is not None and (previous.made_from == fold.made_from or previous.tick > fold.tick):
                 return
             try:
-                part = self._speed_part(self._folders[name], fold, previous)
+                part = self._speed_part(self._folder, fold, previous)
             except duckdb.OutOfMemoryException:
                 raise sandbox.QueryError(
                     f"the merged view {name} does not fit in the query engine's memory limit, "
@@ -695,12 +668,12 @@ class Engine:
     def _speed_part(self, con: duckdb.DuckDBPyConnection, fold: _Fold, previous: _Part | None) -> _Part:
         """The speed part of a view, its partials folded (``lake.merge.folded_sql``) as ``fold`` asks, on
         ``con``. If the ``previous`` part was made with that ledger, or with fewer of its rows (days made
-        final since, as a batch run does), and the partials' changes since then only added files, the
-        part is brought up to date in place: the windows of the days made final dropped, and the windows
-        the new partials touch folded again from the part's rows and the new partials (the new files
-        read once): a micro-batch's cost, not the day's. Otherwise, or once the rows deleted from it
-        outnumber its rows (so that what it holds stays in proportion to its rows), a new table is made,
-        under a name never used before."""
+        final since, as a batch run does), and the partials' changes since then only added files, it is
+        brought up to date from its own rows: copied without the windows of the days made final (a
+        query that began before reads the part it found, whole), and the windows the new partials touch
+        folded again, in place (:meth:`_refold`): a micro-batch's cost, not the day's. Otherwise, or once
+        the rows deleted from it outnumber its rows (so that what it holds stays in proportion to its
+        rows), a new table is made from the partials or from its rows, under a name never used before."""
         view, ledger, made_from = fold.view, fold.ledger, fold.made_from
 
         def reads(part: str) -> str:
@@ -716,33 +689,44 @@ class Engine:
                 )
             _give_back_freed()
             return replace(part, tick=fold.tick)
-        rows, deleted, kept = previous.rows, previous.deleted, f'"{previous.table}"'
+        part = previous
         try:
-            con.execute("BEGIN TRANSACTION")
             if before != finals:
                 assert ledger is not None  # the ledger came or grew
-                gone = self._count(
-                    con, f"DELETE FROM {kept} WHERE CAST(window_start AS DATE) IN ({final_days_sql(view, ledger)})"
-                )
-                rows, deleted = rows - gone, deleted + gone
+                days = final_days_sql(view, ledger)
+                sql = f'FROM "{previous.table}" WHERE CAST(window_start AS DATE) NOT IN ({days})'
+                part = self._new_part(con, view.name, sql, made_from, reads)
             if added:
-                with self._reading(con, fold.partials.read_anew(added)):
-                    con.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
-                con.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', ledger)}")
-                gone = self._count(
-                    con, f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)"
-                )
-                rows += self._count(con, f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
-                deleted += gone
-                con.execute("DROP TABLE _refolded")
-                con.execute("DROP TABLE _new")
+                part = self._refold(con, fold, part, added)
+            if part.deleted > part.rows:
+                made = self._new_part(con, view.name, f'FROM "{part.table}"', made_from, reads)
+                if part.table != previous.table:
+                    con.execute(f'DROP TABLE "{part.table}"')
+                part = made
+        except BaseException:
+            if part.table != previous.table:
+                con.execute(f'DROP TABLE IF EXISTS "{part.table}"')
+            raise
+        return replace(part, made_from=made_from, tick=fold.tick)
+
+    def _refold(self, con: duckdb.DuckDBPyConnection, fold: _Fold, part: _Part, added: list[ds.Fragment]) -> _Part:
+        """``part`` with the windows that the partials' files ``added`` touch folded again, in place, from
+        its rows and those files (read once, ``lake.merge.refolded_sql``), in one transaction."""
+        view, kept = fold.view, f'"{part.table}"'
+        try:
+            con.execute("BEGIN TRANSACTION")
+            with self._reading(con, fold.partials.read_anew(added)):
+                con.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
+            con.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', fold.ledger)}")
+            gone = self._count(con, f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
+            rows = self._count(con, f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
+            con.execute("DROP TABLE _refolded")
+            con.execute("DROP TABLE _new")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        if deleted <= rows:
-            return _Part(previous.table, made_from, previous.reads, rows, deleted, fold.tick)
-        return replace(self._new_part(con, view.name, f"FROM {kept}", made_from, reads), tick=fold.tick)
+        return replace(part, rows=part.rows + rows, deleted=part.deleted + gone)
 
     def _new_part(
         self, con: duckdb.DuckDBPyConnection, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]
@@ -801,96 +785,69 @@ class Engine:
         view's query does not wait for raw_events' new version."""
         with self._lock:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
-        held: list[_State] = []  # the states the query ran on (each kept until it ends)
         try:
             reads, tree = self._read_by(cursor.con, sql)
-            held.append(self._begin(cursor, reads))
-            found = self._run(cursor, sql, params, tree, held)
+            state = self._begin(reads)
         except BaseException:
-            self._end(cursor, held, ok=False)
+            self._give_back(cursor)
             raise
-        self._end(cursor, held, ok=True)
-        return found
-
-    def _begin(self, cursor: _Cursor, reads: set[str] | None) -> _State:
-        """Bring the tables ``reads`` (None: all) up to date, and the speed parts of the views among them
-        (:meth:`_fold`, outside the lock); then begin a transaction on ``cursor`` over the current state
-        (:meth:`_pin`)."""
-        with self._lock:
-            state, folds = self._refresh(reads)
-            if not folds:
-                return self._pin(cursor)
-            self._running[state] += 1  # its copies stay while the folds read them
         try:
-            for fold in folds:
-                self._fold(fold)
+            cursor.sync(state)
+            known = state.tables.keys() | state.views.keys()
+            if self._passed.get(sql) != known:
+                sandbox.check(cursor.con, sql, known, tree)
+                if len(self._passed) >= PASSED:
+                    self._passed.clear()
+                self._passed[sql] = known
+            return self._run(cursor, sql, params)
         finally:
             with self._lock:
                 self._running -= Counter([state])
                 self._drop_unused()
-        with self._lock:
-            return self._pin(cursor)
+            if cursor.abandoned is None:
+                self._give_back(cursor)
+            else:  # the cursor is free once the lane's run stopped
+                cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
 
-    def _pin(self, cursor: _Cursor) -> _State:
-        """The current state, kept until the query ends, with a transaction begun on ``cursor`` that sees
-        the database as it is now (called with the lock held: a refresh that makes days final changes
-        the batch part and then the speed part, so the transaction sees both or neither)."""
-        self._running[self._state] += 1
-        cursor.begin()
-        return self._state
-
-    def _end(self, cursor: _Cursor, held: list[_State], ok: bool) -> None:
-        """End the query on ``cursor``: its states let go and the cursor given back once free."""
-        with self._lock:
-            self._running -= Counter(held)
-            self._drop_unused()
-
-        def give_back(*_) -> None:
+    def _begin(self, reads: set[str] | None) -> _State:
+        """The state to run a query of the tables ``reads`` (None: all) on, kept until it ends: the tables
+        brought up to date, and the speed parts of the views among them (:meth:`_fold`, outside the
+        lock), until a refresh finds every part they read up to date (a batch run's new final days may
+        have come during the folds: a view's batch part then holds them, and its speed part too until it
+        is folded again)."""
+        while True:
+            with self._lock:
+                state, folds = self._refresh(reads)
+                self._running[state] += 1  # its copies stay while the folds or the query read them
+                if not folds:
+                    return state
             try:
-                cursor.end(ok and cursor.abandoned is None)
+                for fold in folds:
+                    self._fold(fold)
             finally:
-                cursor.abandoned = None
                 with self._lock:
-                    self._idle.append(cursor)
+                    self._running -= Counter([state])
+                    self._drop_unused()
 
-        if cursor.abandoned is None:
-            give_back()
-        else:  # the cursor is free once the lane's run stopped
-            cursor.abandoned.add_done_callback(give_back)
+    def _give_back(self, cursor: _Cursor) -> None:
+        cursor.abandoned = None
+        with self._lock:
+            self._idle.append(cursor)
 
-    def _checked(self, cursor: _Cursor, state: _State, sql: str, tree: dict | None) -> None:
-        """Register ``state`` on ``cursor`` and check ``sql`` in the sandbox against it (once per query
-        text and set of relations)."""
-        cursor.sync(state)
-        known = state.tables.keys() | state.views.keys()
-        if self._passed.get(sql) != known:
-            sandbox.check(cursor.con, sql, known, tree)
-            if len(self._passed) >= PASSED:
-                self._passed.clear()
-            self._passed[sql] = known
-
-    def _run(
-        self, cursor: _Cursor, sql: str, params: dict | None, tree: dict | None, held: list[_State]
-    ) -> tuple[list[str], list[tuple]]:
+    def _run(self, cursor: _Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``; if it runs longer, stop it and
-        run it again in the slow lane until its time limit (waiting its turn counts), in a transaction
-        begun anew on the state then current (the stop ended the first)."""
+        run it again in the slow lane until its time limit (waiting its turn counts)."""
         limit, fast, rows = (
             self.settings.query_timeout_seconds,
             self.settings.query_fast_lane_seconds,
             self.settings.query_max_rows,
         )
         con, deadline = cursor.con, time.monotonic() + limit
-        self._checked(cursor, held[-1], sql, tree)
         try:
             return sandbox.run(con, sql, min(fast, limit), rows, params)
         except sandbox.TimeLimit:
             if fast >= limit:
                 raise
-        cursor.end(ok=False)
-        with self._lock:
-            held.append(self._pin(cursor))
-        self._checked(cursor, held[-1], sql, tree)
 
         def slow() -> tuple[list[str], list[tuple]]:
             left = deadline - time.monotonic()
@@ -912,7 +869,7 @@ class Engine:
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
         with self._lock:
-            for con in [*(cursor.con for cursor in self._idle), *self._folders.values()]:
+            for con in [*(cursor.con for cursor in self._idle), self._folder]:
                 con.close()
             self._idle.clear()
             self._db.close()
