@@ -19,14 +19,11 @@ others) are kept as tables too, and the view is their union: DuckDB binds and pl
 the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
 window's folded states (lake.merge.folded_sql), so the files a micro-batch adds are folded, in place,
 into the windows they touch (lake.merge.refolded_sql): its cost is the micro-batch's, not the day's;
-and the days a batch run makes final are left out of a copy of it. Speed parts are folded outside the
-engine's lock, one at a time: a fold holds up the queries that read its view, not the others (a health
-check folding the views no analyst reads stalled every query for up to a second).
+and the days a batch run makes final are left out of a copy of it.
 
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
-switch shows at the next query, whole, and a query runs on the state it found: a view's batch and
-speed parts of one ledger (a fold changes a part in place only to add a micro-batch's rows).
+switch shows at the next query, whole, and a query runs on one state (one version of each table).
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import unquote
 
@@ -153,43 +150,6 @@ def _guarantee(add: dict, schema: pa.Schema) -> ds.Expression:
     return expression
 
 
-@dataclass(frozen=True)
-class _Files:
-    """A table's files at one version, as a refresh found them, and its changes up to it: the last
-    :data:`CHANGES` of ``seen`` in all, each the files it added rows in, if it only added rows."""
-
-    fragments: list[ds.Fragment]
-    schema: pa.Schema
-    format: ds.FileFormat
-    filesystem: fs.FileSystem
-    changes: tuple[list[ds.Fragment] | None, ...]
-    seen: int
-
-    def added(self, since: int) -> list[ds.Fragment] | None:
-        """The files that the changes after the first ``since`` added rows in, if they only added rows
-        and are remembered; else None."""
-        back = self.seen - since
-        if back > len(self.changes):
-            return None
-        changes = self.changes[len(self.changes) - back :]
-        return None if None in changes else [fragment for change in changes for fragment in change or ()]
-
-    def read_anew(self, fragments: list[ds.Fragment] | None = None) -> ds.FileSystemDataset:
-        """The files ``fragments`` (default: all) as a dataset of new fragments: a fragment once scanned
-        keeps its file's Parquet metadata for as long as it lives (120 KB for a file of speed_partials),
-        so the fragments the engine keeps must not be the ones it reads to copy a table or fold
-        partials, which it reads once."""
-        return ds.FileSystemDataset(
-            [
-                self.format.make_fragment(f.path, self.filesystem, partition_expression=f.partition_expression)
-                for f in (self.fragments if fragments is None else fragments)
-            ],
-            self.schema,
-            self.format,
-            self.filesystem,
-        )
-
-
 class _Table:
     """One Delta table, read again only when its log changed. Its files are kept as a list that a new
     version's commits extend, and made into an Arrow dataset only when one is asked for: a table that is
@@ -225,14 +185,30 @@ class _Table:
         """Whether the last change only rearranged rows (it added none)."""
         return self.appended == []
 
-    def files(self) -> _Files:
-        """The current version's files and the changes remembered (a table with data only)."""
-        assert self.fragments is not None and self.schema is not None and self._format is not None
-        return _Files(self.fragments, self.schema, self._format, self._filesystem, tuple(self.changes), self.seen)
+    def added(self, since: int) -> list[ds.Fragment] | None:
+        """The files that the changes after the first ``since`` added rows in, if they only added rows
+        and are remembered; else None."""
+        back = self.seen - since
+        if back > len(self.changes):
+            return None
+        changes = list(self.changes)[len(self.changes) - back :]
+        return None if None in changes else [fragment for change in changes for fragment in change or ()]
 
     def read_anew(self, fragments: list[ds.Fragment] | None = None) -> ds.FileSystemDataset:
-        """The files ``fragments`` (default: the current version's) as a dataset (:meth:`_Files.read_anew`)."""
-        return self.files().read_anew(fragments)
+        """The files ``fragments`` (default: the current version's) as a dataset of new fragments: a
+        fragment once scanned keeps its file's Parquet metadata for as long as it lives (120 KB for a
+        file of speed_partials), so the fragments the engine keeps must not be the ones it reads to copy
+        a table or fold partials, which it reads once."""
+        assert self.fragments is not None and self._format is not None  # only a table with data is read
+        return ds.FileSystemDataset(
+            [
+                self._format.make_fragment(f.path, self._filesystem, partition_expression=f.partition_expression)
+                for f in (self.fragments if fragments is None else fragments)
+            ],
+            self.schema,
+            self._format,
+            self._filesystem,
+        )
 
     def _changed(self, change: list[ds.Fragment] | None) -> bool:
         self.changes.append(change)
@@ -360,21 +336,6 @@ class _Part:
     reads: str
     rows: int
     deleted: int = 0
-    #: A speed part's: the number of the refresh it was folded for (:class:`_Fold`).
-    tick: int = 0
-
-
-@dataclass(frozen=True)
-class _Fold:
-    """A view's speed part to bring up to date, as a refresh found it: what the part is to be made from
-    (:meth:`Engine._make_parts`), the ledger's relation, the partials' files, and the refresh's number (a
-    part folded for a later refresh holds at least what this one asks)."""
-
-    view: View
-    made_from: tuple
-    ledger: str | None
-    partials: _Files
-    tick: int
 
 
 class _Cursor:
@@ -435,17 +396,12 @@ class Engine:
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
-        #: The refreshes' numbers; the lock the folds take (one at a time) and the cursor they run on.
-        self._ticks = itertools.count(1)
-        self._folding, self._folder = threading.Lock(), self._db.cursor()
 
-    def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> tuple[_State, list[_Fold]]:
-        """What is registered now (called with the lock held), and the folds that would bring the speed
-        parts of its views up to date: the tables ``needed`` (default: all) opened again if their Delta
-        log changed, and, if ``fold``, the batch parts of the views whose batch table is among them
-        brought up to date and their speed parts' folds listed (:meth:`_fold` runs them outside the
-        lock); copies the new versions of the tables not :data:`SCANNED` (unless a version only
-        rearranged the rows of the last one copied)."""
+    def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
+        """What is registered now (called with the lock held): the tables ``needed`` (default: all) opened
+        again if their Delta log changed, and, if ``fold``, the parts of the views whose batch table is
+        among them brought up to date; copies the new versions of the tables not :data:`SCANNED`
+        (unless a version only rearranged the rows of the last one copied)."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -462,18 +418,12 @@ class Engine:
             }
         )
         views = {name for name in self._views if fold and (needed is None or batch_relation(name) in needed)}
-        state, folds = self._build(
-            [name for name in changed if name in present and name not in registered], registered, views
-        )
+        state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
-            self._move_to(state)
-        return self._state, folds
-
-    def _move_to(self, state: _State) -> None:
-        """Make ``state`` the current one; the copies and parts only the last one held are dropped once unused."""
-        self._retired.update(_held(self._state) - _held(state))
-        self._state = state
-        self._drop_unused()
+            self._retired.update(_held(self._state) - _held(state))
+            self._state = state
+            self._drop_unused()
+        return self._state
 
     def _point_batch_tables(self) -> None:
         """Read each view's batch rows from the table the version pointers name now."""
@@ -491,7 +441,7 @@ class Engine:
             self._rows.pop(copy, None)
         self._retired -= unused
 
-    def _build(self, names: list[str], registered: dict, views: set[str]) -> tuple[_State, list[_Fold]]:
+    def _build(self, names: list[str], registered: dict, views: set[str]) -> _State:
         """The state with a new :meth:`_copy` of each table ``names`` added to ``registered``, and the parts
         of the merged ``views`` brought up to date (:meth:`_make_parts`). If one does not fit in memory,
         nothing new is kept and the tables are read anew at the next query (which tries again), not left
@@ -525,11 +475,11 @@ class Engine:
         order = " ORDER BY window_start" if "window_start" in table.schema.names else ""
         grown = isinstance(previous, str) and table.appended is not None
         copy = previous if grown else f"{name}@{table.version}#{next(self._copies)}"
-        with self._reading(self._db, table.read_anew(table.appended if grown else None)):
+        with self._reading(table.read_anew(table.appended if grown else None)):
             self._rows[copy] = (
-                self._rows[copy] + self._count(self._db, f'INSERT INTO "{copy}" FROM _version{order}')
+                self._rows[copy] + self._count(f'INSERT INTO "{copy}" FROM _version{order}')
                 if grown
-                else self._count(self._db, f'CREATE TABLE "{copy}" AS FROM _version{order}')
+                else self._count(f'CREATE TABLE "{copy}" AS FROM _version{order}')
             )
         if not grown:
             _give_back_freed()
@@ -549,7 +499,7 @@ class Engine:
         windows start), one state of both: no view's speed rows are folded for it."""
         ledger_table, partials = tables.SERVING_STATE.name, tables.SPEED_PARTIALS.name
         with self._lock:
-            ledger = self._refresh({ledger_table, partials}, fold=False)[0].tables.get(ledger_table)
+            ledger = self._refresh({ledger_table, partials}, fold=False).tables.get(ledger_table)
             final: dict[str, set[date]] = {name: set() for name in self._views}
             for name, day in self._db.execute(f'SELECT view, day FROM "{ledger}"').fetchall() if ledger else ():
                 final.setdefault(name, set()).add(day)
@@ -565,7 +515,7 @@ class Engine:
         """The tables and views that have data now, their tables opened again if they changed; no view's
         rows are folded for it."""
         with self._lock:
-            registered = self._refresh(fold=False)[0].tables
+            registered = self._refresh(fold=False).tables
             return registered.keys() | {name for name in self._views if any(self._sources(name, registered))}
 
     def _sources(self, name: str, registered: dict) -> tuple[bool, bool]:
@@ -595,15 +545,13 @@ class Engine:
         copy = registered.get(name)
         return (copy, self._rows[copy]) if isinstance(copy, str) else None
 
-    def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> tuple[_State, list[_Fold]]:
+    def _make_parts(self, registered: dict, views: set[str], made: set[str]) -> _State:
         """The state over ``registered``: each merged view's parts as tables of the database (a point query
-        binds a union of two tables in a third of the time it binds the merge's SQL), and the folds that
-        would bring the speed parts of ``views`` up to date. Their batch parts are made again here if
-        what they are made from changed (the new tables added to ``made``); the other views' parts wait
-        until a query reads them."""
+        binds a union of two tables in a third of the time it binds the merge's SQL). The parts of
+        ``views`` are brought up to date if what they are made from changed (the new tables added to
+        ``made``); the others' wait until a query reads them."""
         partials, ledger = tables.SPEED_PARTIALS.name, tables.SERVING_STATE.name
         parts = {key: part for key, part in self._parts.items() if key[0] not in views}
-        folds, tick = [], next(self._ticks)
         for name in views:
             view, batch = self._views[name], batch_relation(name)
             on = f'"{registered[ledger]}"' if ledger in registered else None
@@ -614,23 +562,14 @@ class Engine:
                 part = self._parts.get((name, "batch"))
                 if part is None or part.made_from != made_from:
                     sql = merged_parts(view, f'"{registered[batch]}"', None, on)["batch"]
-                    part = self._new_part(
-                        self._db, name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"'
-                    )
+                    part = self._new_part(name, f"SELECT * FROM ({sql})", made_from, lambda table: f'FROM "{table}"')
                     made.add(part.table)
                 parts[(name, "batch")] = part
             if has_speed:
-                folded, part = (finals, self._tables[partials].seen), self._parts.get((name, "speed"))
-                if part is not None:
-                    parts[(name, "speed")] = part
-                if part is None or part.made_from != folded:
-                    folds.append(_Fold(view, folded, on, self._tables[partials].files(), tick))
+                part = self._speed_part(view, on, (finals, self._tables[partials].seen))
+                made.add(part.table)
+                parts[(name, "speed")] = part
         self._parts = parts
-        return self._state_of(registered, parts), folds
-
-    @staticmethod
-    def _state_of(registered: dict, parts: dict[tuple[str, str], _Part]) -> _State:
-        """The state of the tables ``registered`` and the views' ``parts``."""
         found: dict[str, list[str]] = {}
         for (name, _), part in sorted(parts.items()):
             found.setdefault(name, []).append(part.reads)
@@ -640,117 +579,84 @@ class Engine:
             frozenset(part.table for part in parts.values()),
         )
 
-    def _fold(self, fold: _Fold) -> None:
-        """Bring a view's speed part up to what ``fold`` asks, outside the engine's lock, so that the
-        queries of other relations go on meanwhile; one fold at a time (folds side by side on 2 cores
-        slowed the point queries in a soak), on a cursor of the folds' own. A part
-        folded since for a later refresh is left as it is."""
-        name = fold.view.name
-        with self._folding:
-            previous = self._parts.get((name, "speed"))
-            if previous is not None and (previous.made_from == fold.made_from or previous.tick > fold.tick):
-                return
-            try:
-                part = self._speed_part(self._folder, fold, previous)
-            except duckdb.OutOfMemoryException:
-                raise sandbox.QueryError(
-                    f"the merged view {name} does not fit in the query engine's memory limit, "
-                    f"{sandbox.memory_limit_of(self._db)}; raise the setting query_memory_limit"
-                ) from None
-            with self._lock:
-                if self._sources(name, self._state.tables)[1]:
-                    self._parts = {**self._parts, (name, "speed"): part}
-                    self._move_to(self._state_of(self._state.tables, self._parts))
-                elif previous is None or part.table != previous.table:  # the partials went meanwhile
-                    self._retired.add(part.table)
-                    self._drop_unused()
-
-    def _speed_part(self, con: duckdb.DuckDBPyConnection, fold: _Fold, previous: _Part | None) -> _Part:
-        """The speed part of a view, its partials folded (``lake.merge.folded_sql``) as ``fold`` asks, on
-        ``con``. If the ``previous`` part was made with that ledger, or with fewer of its rows (days made
-        final since, as a batch run does), and the partials' changes since then only added files, it is
-        brought up to date from its own rows: copied without the windows of the days made final (a
-        query that began before reads the part it found, whole), and the windows the new partials touch
-        folded again, in place (:meth:`_refold`): a micro-batch's cost, not the day's. Otherwise, or once
-        the rows deleted from it outnumber its rows (so that what it holds stays in proportion to its
-        rows), a new table is made from the partials or from its rows, under a name never used before."""
-        view, ledger, made_from = fold.view, fold.ledger, fold.made_from
+    def _speed_part(self, view: View, ledger: str | None, made_from: tuple) -> _Part:
+        """The speed part of ``view``, its partials folded (``lake.merge.folded_sql``) from the partials'
+        changes ``made_from`` names and the ledger relation ``ledger``. If the part was made with that
+        ledger, or with fewer of its rows (days made final since, as a batch run does), and the partials'
+        changes since then only added files, the part is brought up to date from its own rows: copied
+        without the windows of the days made final (a query that began before, on the state the part was
+        in, reads it whole: its batch part does not hold those days yet), and the windows the new partials
+        touch folded again, in place, from the part's rows and the new partials (the new files read
+        once): a micro-batch's cost, not the day's.
+        Otherwise, or once the rows deleted from it outnumber its rows (so that what it holds stays in
+        proportion to its rows), a new table is made, under a name never used before."""
+        table, previous = self._tables[tables.SPEED_PARTIALS.name], self._parts.get((view.name, "speed"))
+        if previous is not None and previous.made_from == made_from:
+            return previous
 
         def reads(part: str) -> str:
             return speed_rows_sql(view, f'"{part}"')
 
         finals, before = made_from[0], previous.made_from[0] if previous else None
         grown = finals is not None and (before is None or before[0] == finals[0])  # the ledger came or grew
-        added = fold.partials.added(previous.made_from[1]) if previous and (before == finals or grown) else None
+        added = table.added(previous.made_from[1]) if previous and (before == finals or grown) else None
         if previous is None or added is None:
-            with self._reading(con, fold.partials.read_anew()):
+            with self._reading(table.read_anew()):
                 part = self._new_part(
-                    con, view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
+                    view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
                 )
             _give_back_freed()
-            return replace(part, tick=fold.tick)
+            return part
         part = previous
+        if before != finals:  # a copy: a query that began before reads the part it found, whole
+            assert ledger is not None  # the ledger came or grew
+            days = final_days_sql(view, ledger)
+            sql = f'FROM "{previous.table}" WHERE CAST(window_start AS DATE) NOT IN ({days})'
+            part = self._new_part(view.name, sql, made_from, reads)
+        rows, deleted, kept = part.rows, part.deleted, f'"{part.table}"'
         try:
-            if before != finals:
-                assert ledger is not None  # the ledger came or grew
-                days = final_days_sql(view, ledger)
-                sql = f'FROM "{previous.table}" WHERE CAST(window_start AS DATE) NOT IN ({days})'
-                part = self._new_part(con, view.name, sql, made_from, reads)
+            self._db.execute("BEGIN TRANSACTION")
             if added:
-                part = self._refold(con, fold, part, added)
-            if part.deleted > part.rows:
-                made = self._new_part(con, view.name, f'FROM "{part.table}"', made_from, reads)
-                if part.table != previous.table:
-                    con.execute(f'DROP TABLE "{part.table}"')
-                part = made
+                with self._reading(table.read_anew(added)):
+                    self._db.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
+                self._db.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', ledger)}")
+                gone = self._count(f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
+                rows += self._count(f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
+                deleted += gone
+                self._db.execute("DROP TABLE _refolded")
+                self._db.execute("DROP TABLE _new")
+            self._db.execute("COMMIT")
         except BaseException:
-            if part.table != previous.table:
-                con.execute(f'DROP TABLE IF EXISTS "{part.table}"')
+            self._db.execute("ROLLBACK")
+            if part is not previous:
+                self._db.execute(f"DROP TABLE {kept}")
             raise
-        return replace(part, made_from=made_from, tick=fold.tick)
+        if deleted <= rows:
+            return _Part(part.table, made_from, part.reads, rows, deleted)
+        made = self._new_part(view.name, f"FROM {kept}", made_from, reads)
+        if part is not previous:
+            self._db.execute(f"DROP TABLE {kept}")
+        return made
 
-    def _refold(self, con: duckdb.DuckDBPyConnection, fold: _Fold, part: _Part, added: list[ds.Fragment]) -> _Part:
-        """``part`` with the windows that the partials' files ``added`` touch folded again, in place, from
-        its rows and those files (read once, ``lake.merge.refolded_sql``), in one transaction."""
-        view, kept = fold.view, f'"{part.table}"'
-        try:
-            con.execute("BEGIN TRANSACTION")
-            with self._reading(con, fold.partials.read_anew(added)):
-                con.execute(f"CREATE TEMP TABLE _new AS {partials_of(view, '_version')}")
-            con.execute(f"CREATE TEMP TABLE _refolded AS {refolded_sql(view, kept, '_new', fold.ledger)}")
-            gone = self._count(con, f"DELETE FROM {kept} WHERE window_start IN (SELECT window_start FROM _refolded)")
-            rows = self._count(con, f"INSERT INTO {kept} FROM _refolded ORDER BY window_start") - gone
-            con.execute("DROP TABLE _refolded")
-            con.execute("DROP TABLE _new")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        return replace(part, rows=part.rows + rows, deleted=part.deleted + gone)
-
-    def _new_part(
-        self, con: duckdb.DuckDBPyConnection, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]
-    ) -> _Part:
-        """A part of ``view`` made anew from ``sql`` on ``con``, in window order; ``reads`` gives the SQL
-        that reads it, from its table's name."""
+    def _new_part(self, view: str, sql: str, made_from: tuple, reads: Callable[[str], str]) -> _Part:
+        """A part of ``view`` made anew from ``sql``, in window order; ``reads`` gives the SQL that reads
+        it, from its table's name."""
         table = f"{view}:{next(self._copies)}"
-        rows = self._count(con, f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start')
+        rows = self._count(f'CREATE TABLE "{table}" AS {sql} ORDER BY window_start')
         return _Part(table, made_from, reads(table), rows)
 
-    @staticmethod
     @contextmanager
-    def _reading(con: duckdb.DuckDBPyConnection, data: ds.FileSystemDataset) -> Iterator[None]:
-        """``data`` registered on ``con`` as ``_version`` meanwhile."""
-        con.register("_version", data)
+    def _reading(self, data: ds.FileSystemDataset) -> Iterator[None]:
+        """``data`` registered on the database as ``_version`` meanwhile."""
+        self._db.register("_version", data)
         try:
             yield
         finally:
-            con.unregister("_version")
+            self._db.unregister("_version")
 
-    @staticmethod
-    def _count(con: duckdb.DuckDBPyConnection, statement: str) -> int:
-        """Run ``statement`` on ``con``; the rows it wrote or deleted."""
-        return con.execute(statement).fetchall()[0][0]
+    def _count(self, statement: str) -> int:
+        """Run ``statement``; the rows it wrote or deleted."""
+        return self._db.execute(statement).fetchall()[0][0]
 
     def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
         """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
@@ -787,7 +693,9 @@ class Engine:
             cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
         try:
             reads, tree = self._read_by(cursor.con, sql)
-            state = self._begin(reads)
+            with self._lock:
+                state = self._refresh(reads)
+                self._running[state] += 1
         except BaseException:
             self._give_back(cursor)
             raise
@@ -808,26 +716,6 @@ class Engine:
                 self._give_back(cursor)
             else:  # the cursor is free once the lane's run stopped
                 cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
-
-    def _begin(self, reads: set[str] | None) -> _State:
-        """The state to run a query of the tables ``reads`` (None: all) on, kept until it ends: the tables
-        brought up to date, and the speed parts of the views among them (:meth:`_fold`, outside the
-        lock), until a refresh finds every part they read up to date (a batch run's new final days may
-        have come during the folds: a view's batch part then holds them, and its speed part too until it
-        is folded again)."""
-        while True:
-            with self._lock:
-                state, folds = self._refresh(reads)
-                self._running[state] += 1  # its copies stay while the folds or the query read them
-                if not folds:
-                    return state
-            try:
-                for fold in folds:
-                    self._fold(fold)
-            finally:
-                with self._lock:
-                    self._running -= Counter([state])
-                    self._drop_unused()
 
     def _give_back(self, cursor: _Cursor) -> None:
         cursor.abandoned = None
@@ -869,8 +757,8 @@ class Engine:
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
         with self._lock:
-            for con in [*(cursor.con for cursor in self._idle), self._folder]:
-                con.close()
+            for cursor in self._idle:
+                cursor.con.close()
             self._idle.clear()
             self._db.close()
 
