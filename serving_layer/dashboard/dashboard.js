@@ -35,8 +35,15 @@ function quality(check) {
   return `${verdict}, ${check.warnings} warnings (${check.first_day}..${check.last_day})`;
 }
 
+async function newestWindow(view) {
+  const sql = `SELECT max(window_start) AS newest FROM "${view}"`;
+  return (await api("/query", { method: "POST", body: JSON.stringify({ sql }) })).rows[0][0];
+}
+
 async function showView() {
   const view = views[$("view").value], state = health.views[view.name];
+  const hasDays = state.final_days !== "none" || state.provisional_days !== "none";
+  const newest = hasDays ? await newestWindow(view.name) : null;
   $("description").textContent = view.description;
   if ($("measure").dataset.view !== view.name) {
     $("measure").replaceChildren(...view.measures.map((m) => new Option(m, m)));
@@ -44,7 +51,7 @@ async function showView() {
   }
   facts([
     ["window", view.window], ["keys", view.keys.join(", ") || "none"],
-    ["newest window", state.newest_window || "none yet"],
+    ["newest window", newest || "none yet"],
     ["speed rows written", health.speed_rows_age_seconds === null ? "never"
       : `${health.speed_rows_age_seconds.toFixed(1)} s ago`],
     ["late events", state.late_events], ["final days", state.final_days],
@@ -53,8 +60,8 @@ async function showView() {
   ]);
   const measure = $("measure").value;
   let rows = [];
-  if (state.newest_window) {
-    const start = new Date(Date.parse(state.newest_window) - HOURS * 3600e3).toISOString();
+  if (newest) {
+    const start = new Date(Date.parse(newest) - HOURS * 3600e3).toISOString();
     rows = (await api(`/views/${view.name}?start=${encodeURIComponent(start)}&limit=${POINTS}`)).rows;
   }
   const trace = (final, name, color) => {
