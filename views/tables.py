@@ -62,8 +62,12 @@ class Table:
         making the table if there is none; for a table whose :attr:`schema` the platform fixes."""
         if self.schema is None:
             raise ValueError(f"{self.name}: a declaration makes its columns; append to it with Spark")
+        from infra.delta import retried  # which reads tables with this module's functions
+
         named = [row if isinstance(row, dict) else dict(zip(self.schema.names, row, strict=True)) for row in rows]
-        write_deltalake(self.path(settings), pa.Table.from_pylist(named, self.schema), mode="append")
+        data = pa.Table.from_pylist(named, self.schema)
+        # the first appends make the table: of two at once (a recompute's views), one loses and goes again
+        retried(lambda: write_deltalake(self.path(settings), data, mode="append"))
 
     @property
     def stream_checkpoint(self) -> str:

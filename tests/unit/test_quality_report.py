@@ -2,13 +2,14 @@
 about corrections (how far speed rows were off when batch made their days final)."""
 
 import json
+import threading
 from datetime import date, datetime
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from infra.deployment import load
+from infra.deployment import Deployment, load
 from serving_layer import catalog
 from tests.unit.test_cli import run
 from views import tables
@@ -178,3 +179,25 @@ def test_status_shows_each_suites_last_check_and_each_measures_corrections(tmp_p
     lines = [line.split() for line in done.stdout.splitlines()]
     assert ["raw_events", "2026-11-22..2026-11-22", "1", "0", "2026-11-23", "02:00:00+00:00"] in lines
     assert ["page_views_per_minute.views", "2.00%", "2", "2026-11-22..2026-11-22", "1", "0", "3", "6", "3.00%"] in lines
+
+
+def test_appends_at_once_to_a_table_not_made_yet_all_land(tmp_path):
+    """A recompute's views append their results at once; the first appends make the table, and the one
+    that loses that race goes again rather than failing the run."""
+    settings, table = Deployment(home=tmp_path / "home"), tables.QUALITY_RESULTS
+    together = threading.Barrier(8)
+    failed: list[Exception] = []
+
+    def append() -> None:
+        together.wait()
+        try:
+            table.append(settings, [dict.fromkeys(table.schema.names)])
+        except Exception as error:  # the assertion names it
+            failed.append(error)
+
+    appenders = [threading.Thread(target=append) for _ in range(8)]
+    for appender in appenders:
+        appender.start()
+    for appender in appenders:
+        appender.join()
+    assert not failed and table.rows(settings).num_rows == 8
