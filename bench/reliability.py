@@ -36,8 +36,8 @@ settings.
 - **Soak:** the whole platform (speed layer, batch engine, Airflow with every DAG on, the HTTP API)
   for `--soak-minutes` under the freshness load's full mix (`bench/live.py`) at a steady rate, with
   the nightly run and a maintenance run along the way and 8 clients each sending a point query of the
-  last minute through `POST /query` every 100 ms, and a monitor calling `GET /health` (which reads
-  every view and table) every 30 s; freshness markers are sent throughout. Per 5 minutes:
+  last minute through `POST /query` every 100 ms, and a monitor calling `GET /health` (the speed
+  layer's report, dead letters, each view's days) every 30 s; freshness markers are sent throughout. Per 5 minutes:
   the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
   current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
