@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -42,6 +43,31 @@ class Recomputed:
     rows: int
     days: tuple[str, ...]
     final_days: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """A view's days written: its rows per day (the days with any), and per day until when an event
+    after it can change its rows (View.open_until)."""
+
+    rows: dict[date, int]
+    open_until: dict[date, datetime]
+
+    def entries(self, view: str, days: Iterable[date], at: datetime) -> list[ledger.Entry]:
+        """The ledger's entries for ``days`` of ``view``, computed ``at``."""
+        return [ledger.Entry(view, day, self.rows.get(day, 0), at, self.open_until[day]) for day in days]
+
+
+def _open_until(view: View, rows: pa.Table, days: list[date]) -> dict[date, datetime]:
+    """Per day, until when an event after it can change ``view``'s ``rows`` of it: for a view of sessions,
+    from their newest event (compile.NEWEST; the day's start if none began that day)."""
+    if compile.NEWEST not in rows.column_names:
+        return {day: view.open_until(day) for day in days}
+    newest = {day: timebase.day_start(day) for day in days}
+    for start, last in zip(rows["window_start"].to_pylist(), rows[compile.NEWEST].to_pylist(), strict=True):
+        day = timebase.utc(start).date()
+        newest[day] = max(newest[day], timebase.utc(last))
+    return {day: view.open_until(day, newest[day]) for day in days}
 
 
 def _literal(moment: datetime) -> str:
@@ -132,10 +158,10 @@ def write_days(
     path: str,
     unique: dict[str, int] | None = None,
     raw_events_checked: Future | None = None,
-) -> dict[date, int]:
+) -> Written:
     """Compute ``view``'s rows for the days of ``[start, end)`` exactly from ``events`` (the first copies
     of at least the records it reads, :func:`read_records`) and replace those days in the table at
-    ``path``; the rows per day. ``unique``: the valid unique events per type in ``[start, end)``
+    ``path``; what was written. ``unique``: the valid unique events per type in ``[start, end)``
     (counted from ``events`` if not given); ``raw_events_checked``: the raw_events check that must pass
     before the rows are written (:func:`checked_events`).
 
@@ -146,13 +172,16 @@ def write_days(
     events = events.where(F.col("event_date").between(*_days_read([view], start, end)))
     dimensions = {name: read_table(spark, settings, name) for name in compile.dimension_tables(view)}
     window = f"window_start >= {_literal(start)} AND window_start < {_literal(end)}"
-    rows = compile.batch(view, events, dimensions).where(window)
+    rows = compile.batch(view, events, dimensions, newest=True).where(window)
     checked = quality.check_view(settings, view, rows, events if unique is None else unique, start, end)
+    assert checked.rows is not None
+    written = Written(checked.per_day, _open_until(view, checked.rows, timebase.days_between(start, end)))
+    view_rows = checked.rows.select(list(view.columns))
     if raw_events_checked is not None:
         raw_events_checked.result()
-    delta.replace(checked.rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
-    corrections.record(settings, view, checked.rows, start, end)
-    return checked.per_day
+    delta.replace(view_rows, path, f"window_start >= '{start.isoformat()}' AND window_start < '{end.isoformat()}'")
+    corrections.record(settings, view, view_rows, start, end)
+    return written
 
 
 def recompute_view(
@@ -172,11 +201,11 @@ def recompute_view(
     path = versions.current(settings, view.name)
     if events is None:
         events = compile.first_copies(read_records(spark, settings, [view], start, end))
-    per_day = write_days(spark, settings, view, events, start, end, path, unique, raw_events_checked)
+    written = write_days(spark, settings, view, events, start, end, path, unique, raw_events_checked)
     versions.require_serving(settings, view.name, path)
-    ledger.record(settings, {view.name: {day: per_day.get(day, 0) for day in days}}, datetime.now(timebase.UTC))
+    ledger.record(settings, written.entries(view.name, days, datetime.now(timebase.UTC)))
     final = timebase.spans(ledger.final_days(settings).get(view.name, set()))
-    count = sum(per_day.values())
+    count = sum(written.rows.values())
     log.info("batch %s: %d rows for %s..%s; final days %s", view.name, count, days[0], days[-1], final)
     return Recomputed(count, tuple(d.isoformat() for d in days), final)
 

@@ -20,7 +20,7 @@ from datetime import date, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch_layer.recompute import checked_events, each_view, write_days
+from batch_layer.recompute import Written, checked_events, each_view, write_days
 from infra import storage
 from infra.deployment import Deployment
 from lake import ledger, versions
@@ -125,22 +125,23 @@ def build(
     views: list[View],
     plan: Plan,
     based_on: dict[str, tuple[str, int | None]],
-) -> dict[str, dict[date, int]]:
+) -> dict[str, Written]:
     """Build every view's new version (see the module doc) from the serving versions of ``based_on``
-    (versions.snapshot); per view, its rows per recomputed day. If any fails, the new tables are deleted."""
+    (versions.snapshot); per view, what was written of the recomputed days. If any fails, the new tables
+    are deleted."""
     targets = {view.name: tables.batch(view.name, plan.label).path(settings) for view in views}
     for target in targets.values():
         storage.delete(target)  # a failed attempt's
     try:
         with checked_events(spark, settings, views, plan.start, plan.end) as (events, unique, checked):
 
-            def build_view(view: View) -> dict[date, int]:
-                per_day = write_days(
+            def build_view(view: View) -> Written:
+                written = write_days(
                     spark, settings, view, events, plan.start, plan.end, targets[view.name], unique, checked
                 )
                 if plan.copy_others:
                     _copy_others(spark, settings, plan, view.name, based_on[view.name], targets[view.name])
-                return per_day
+                return written
 
             return each_view(build_view, views)
     except BaseException:
@@ -167,33 +168,32 @@ class Reprocessed:
 
 
 def publish(
-    settings: Deployment, plan: Plan, built: dict[str, dict[date, int]], based_on: dict[str, tuple[str, int | None]]
+    settings: Deployment, plan: Plan, built: dict[str, Written], based_on: dict[str, tuple[str, int | None]]
 ) -> dict[str, Reprocessed]:
     """Switch every view of ``built`` to its new version in one commit, then record the days it made
     final; per view, what changed. If a serving version changed meanwhile, nothing is switched and the
     new tables are deleted (versions.Conflict)."""
     days = timebase.days_between(plan.start, plan.end)
     final = ledger.final_days(settings)
-    newly = {
-        view: {day: per_day.get(day, 0) for day in days if day not in final.get(view, set())}
-        for view, per_day in built.items()
-    }
+    newly = {view: [day for day in days if day not in final.get(view, set())] for view in built}
     at = datetime.now(timebase.UTC)
     try:
         versions.switch(settings, {view: tables.batch(view, plan.label).name for view in built}, at, based_on)
     except versions.Conflict:
         discard(settings, plan)
         raise
-    ledger.record(settings, newly, at)
+    ledger.record(
+        settings, [entry for view, written in built.items() for entry in written.entries(view, newly[view], at)]
+    )
     return {
         view: Reprocessed(
             plan.label,
             versions.label(based_on[view][0]) if based_on[view][1] is not None else None,
-            sum(per_day.values()),
+            sum(written.rows.values()),
             f"{plan.first}..{plan.last}",
             timebase.spans(newly[view]),
         )
-        for view, per_day in built.items()
+        for view, written in built.items()
     }
 
 

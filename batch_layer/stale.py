@@ -1,8 +1,8 @@
-"""Which batched days went stale: late events for them arrived after their last recompute."""
+"""Which batched days went stale: late events that can change them arrived after their last recompute."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 
 from infra.deployment import Deployment
 from lake import ledger
@@ -11,19 +11,22 @@ from views import tables
 
 def stale_days(settings: Deployment) -> list[date]:
     """Days already in the batch ledger whose windows late events that arrived since they were computed
-    can change (for a view whose windows reach across midnight, the neighbouring days too)."""
+    can change: the events' own day, the days after it their windows reach back from, and the days
+    before it whose windows reach as far as the first of them (its ledger entry's ``open_until``)."""
     views = settings.views
-    computed: dict[tuple[str, date], datetime] = {}
-    for entry in ledger.entries(settings):
-        key = (entry.view, entry.day)
-        computed[key] = max(computed.get(key, entry.computed_at), entry.computed_at)
+    computed = {(entry.view, entry.day): entry for entry in ledger.entries(settings)}
     stale = set()
-    late = tables.LATE_EVENTS.rows(settings, ["view", "day", "received_at"])
+    late = tables.LATE_EVENTS.rows(settings)
     for row in [] if late is None else late.to_pylist():
         if row["view"] not in views:
             continue  # a view since removed
-        for day in views[row["view"]].days_affected(row["day"]):
-            done = computed.get((row["view"], day))
-            if done is not None and row["received_at"] > done:
-                stale.add(day)
+        view = views[row["view"]]
+        first = row.get("first_event")  # None in rows counted before it was kept
+        for day in view.days_affected(row["day"]):
+            entry = computed.get((view.name, day))
+            if entry is None or row["received_at"] <= entry.computed_at:
+                continue
+            if day < row["day"] and first is not None and first >= (entry.open_until or view.open_until(day)):
+                continue  # past every window of that day
+            stale.add(day)
     return sorted(stale)

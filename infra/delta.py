@@ -187,8 +187,8 @@ def replace(rows: pa.Table, path: str, where: str) -> None:
 
 def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
     """Insert or replace the rows of ``rows`` matched on ``keys`` (made with ``rows``' schema if there is
-    no table); rerunning is harmless, and so is a concurrent upsert (:func:`retried`). delta-rs: a
-    small table's merge takes no Spark job."""
+    no table; new columns join its schema); rerunning is harmless, and so is a concurrent upsert
+    (:func:`retried`). delta-rs: a small table's merge takes no Spark job."""
 
     def merge() -> None:
         table = opened(path)
@@ -196,7 +196,13 @@ def upsert(rows: pa.Table, path: str, keys: tuple[str, ...]) -> None:
             deltalake.write_deltalake(path, rows, mode="append")  # a concurrent first write: a race, retried
             return
         (
-            table.merge(rows, " AND ".join(f"t.{k} = s.{k}" for k in keys), source_alias="s", target_alias="t")
+            table.merge(
+                rows,
+                " AND ".join(f"t.{k} = s.{k}" for k in keys),
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+            )
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()

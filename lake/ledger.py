@@ -1,10 +1,12 @@
-"""The ledger (``serving_state``): per view, the days batch has made final, each with its row count and
-when it was computed. Batch records days in it after their rows are written; the speed layer, the
-serving layer and maintenance read it. Read and written with delta-rs: no Spark job, and readers import
-no Spark (the writer's upsert is imported when writing)."""
+"""The ledger (``serving_state``): per view, the days batch has made final, each with its row count, when
+it was computed, and until when a later event could change its rows then (View.open_until). Batch
+records days in it after their rows are written; the speed layer, the serving layer and maintenance read
+it. Read and written with delta-rs: no Spark job, and readers import no Spark (the writer's upsert is
+imported when writing)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -16,12 +18,15 @@ from views import tables
 
 @dataclass(frozen=True)
 class Entry:
-    """One view's day made final: its rows, and when they were computed (the last time)."""
+    """One view's day made final: its rows, when they were computed (the last time), and until when an
+    event after the day could change them, as batch saw the events then (None: recorded before the
+    ledger kept it)."""
 
     view: str
     day: date
     rows: int
     computed_at: datetime
+    open_until: datetime | None = None
 
 
 def entries(settings: Deployment) -> list[Entry]:
@@ -38,18 +43,13 @@ def final_days(settings: Deployment) -> dict[str, set[date]]:
     return days
 
 
-def record(settings: Deployment, days: dict[str, dict[date, int]], at: datetime) -> None:
-    """Record each view's days (view -> day -> rows) final, computed ``at``; one commit."""
+def record(settings: Deployment, days: list[Entry]) -> None:
+    """Record ``days`` final; one commit."""
     from infra.delta import upsert
 
-    rows = [
-        {"view": view, "day": day, "rows": count, "computed_at": at}
-        for view, counts in days.items()
-        for day, count in counts.items()
-    ]
-    if rows:
+    if days:
         upsert(
-            pa.Table.from_pylist(rows, tables.SERVING_STATE.schema),
+            pa.Table.from_pylist([dataclasses.asdict(entry) for entry in days], tables.SERVING_STATE.schema),
             tables.SERVING_STATE.path(settings),
             ("view", "day"),
         )

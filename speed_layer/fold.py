@@ -121,7 +121,7 @@ class Fold:
     def _fold(self, records: DataFrame, batch_id: int, steps: dict[str, float]) -> late_events.Tally:
         """Land ``records`` and fold their new events into every view."""
         with timed(steps, "ledger"):
-            finals = late_events.final_through(self.settings, self.views) if self.views else {}
+            finals = late_events.finals(self.settings, self.views) if self.views else {}
         with timed(steps, "parse"):
             ingested_at = datetime.now(UTC)
             built = events.collected(self._parse(records, ingested_at), self.source, self.driver_bytes)

@@ -3,8 +3,8 @@
 An event is late for a view when it is behind the speed layer's watermark (the speed views drop it),
 or when it can change a day that batch has made final for the view (the merged view serves batch rows
 there, whatever the speed layer adds). They are in raw_events all the same; late_events counts them
-per view and event day, with the time they arrived, so that the batch layer recomputes exactly the
-final days they change (batch_layer.stale).
+per view and event day, with the time they arrived and the first one's event time, so that the batch
+layer recomputes exactly the final days they can change (batch_layer.stale).
 
 They are counted in Python from the micro-batch's :class:`Tally` (counted from the records the fold
 collects) and written with delta-rs: no Spark job of their own.
@@ -12,7 +12,6 @@ collects) and written with delta-rs: no Spark job of their own.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -24,14 +23,32 @@ from infra.deployment import Deployment
 from lake import ledger
 from views import tables
 from views.model import View
-from views.timebase import DAY
 
 
-def final_through(settings: Deployment, views: list[View]) -> dict[str, date]:
-    """Per view with final days, the newest day whose events can change one of them (its newest final
-    day and as many days after as its windows reach past midnight); read from the ledger."""
-    newest = {view: max(days) for view, days in ledger.final_days(settings).items()}
-    return {v.name: newest[v.name] + math.ceil(v.reach / DAY) * DAY for v in views if v.name in newest}
+@dataclass(frozen=True)
+class Final:
+    """What batch made final of a view: its newest final day, and until when an event after that day
+    can change one of its final days (the latest of their ledger entries' View.open_until)."""
+
+    day: date
+    until: datetime
+
+
+def finals(settings: Deployment, views: list[View]) -> dict[str, Final]:
+    """Per view with final days, its :class:`Final`; read from the ledger."""
+    named = {view.name: view for view in views}
+    found: dict[str, Final] = {}
+    for entry in ledger.entries(settings):
+        view = named.get(entry.view)
+        if view is None:
+            continue
+        until = entry.open_until or view.open_until(entry.day)
+        known = found.get(view.name)
+        found[view.name] = Final(
+            entry.day if known is None else max(known.day, entry.day),
+            until if known is None else max(known.until, until),
+        )
+    return found
 
 
 #: The column of a micro-batch's tally that says whether its events are behind the watermark.
@@ -41,14 +58,14 @@ BEHIND = "_behind"
 @dataclass(frozen=True)
 class Tally:
     """A micro-batch's records counted: the valid ones and those behind the watermark, the dead ones,
-    the newest valid event time, and the valid ones per (event type, day, behind the watermark), which
-    the late counts need."""
+    the newest valid event time, and the valid ones per (event type, day, behind the watermark) with the
+    first event time of each, which the late counts need."""
 
     valid: int
     behind: int
     dead: int
     newest: datetime | None
-    groups: tuple[tuple[str, date, bool, int], ...]
+    groups: tuple[tuple[str, date, bool, int, datetime], ...]
 
     @property
     def total(self) -> int:
@@ -66,33 +83,50 @@ def tallied(rows: pa.Table, watermark: datetime | None) -> Tally:
         else pa.array([False] * valid.num_rows)
     )
     groups = (
-        valid.select(["event_type", "event_date"])
+        valid.select(["event_type", "event_date", "event_time"])
         .append_column(BEHIND, behind)
         .group_by(["event_type", "event_date", BEHIND])
-        .aggregate([([], "count_all")])
+        .aggregate([([], "count_all"), ("event_time", "min")])
     )
     return Tally(
         valid.num_rows,
         pc.sum(behind).as_py() or 0,
         dead.num_rows,
         pc.max(valid["event_time"]).as_py(),
-        tuple(zip(*(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all")), strict=True)),
+        tuple(
+            zip(
+                *(groups[c].to_pylist() for c in ("event_type", "event_date", BEHIND, "count_all", "event_time_min")),
+                strict=True,
+            )
+        ),
     )
 
 
-def count(counted: Tally, views: list[View], finals: dict[str, date], batch_id: int) -> pa.Table:
-    """Per view and day, how many of the micro-batch's events are late for the view: behind the speed
-    layer's watermark, or on a day at or before the view's :func:`final_through` day (``finals``)."""
+def count(counted: Tally, views: list[View], finals: dict[str, Final], batch_id: int) -> pa.Table:
+    """Per view and day, how many of the micro-batch's events are late for the view, and the first of
+    them: behind the speed layer's watermark, or on a day the view's :class:`Final` (``finals``) makes
+    final, or on a later day with events before its ``until`` (all of that day's are counted)."""
     late: Counter[tuple[str, date]] = Counter()
+    first: dict[tuple[str, date], datetime] = {}
     for view in views:
         final = finals.get(view.name)
-        for event_type, day, behind_mark, n in counted.groups:
-            if event_type in view.event_types and (behind_mark or (final is not None and day <= final)):
+        for event_type, day, behind_mark, n, earliest in counted.groups:
+            if event_type in view.reads and (
+                behind_mark or (final is not None and (day <= final.day or earliest < final.until))
+            ):
                 late[view.name, day] += n
+                first[view.name, day] = min(first.get((view.name, day), earliest), earliest)
     now = datetime.now(UTC)
     return pa.Table.from_pylist(
         [
-            {"view": view, "day": day, "events": events, "received_at": now, "batch_id": batch_id}
+            {
+                "view": view,
+                "day": day,
+                "events": events,
+                "received_at": now,
+                "batch_id": batch_id,
+                "first_event": first[view, day],
+            }
             for (view, day), events in sorted(late.items())
         ],
         tables.LATE_EVENTS.schema,

@@ -133,24 +133,32 @@ def _search_ctr(valid: list[dict]) -> dict:
     return {key: (searches, clicked, clicked / searches) for key, (searches, clicked) in counts.items()}
 
 
-def _sessions(valid: list[dict]) -> dict:
+def sessions(valid: list[dict]) -> list[tuple[datetime, datetime, int]]:
+    """Every user's sessions, (first, last, events) each: their events less than 30 minutes apart."""
     times = defaultdict(list)
     for event in valid:
         times[event["user_id"]].append(event["time"])
-    sessions = defaultdict(list)
+    found = []
     for moments in times.values():
         moments.sort()
         first = last = moments[0]
         count = 0
         for moment in [*moments, None]:
             if moment is None or moment - last >= 30 * MINUTE:
-                sessions[(floor(first, HOUR),)].append(((last - first).total_seconds(), count))
+                found.append((first, last, count))
                 first, count = moment, 0
             if moment is not None:
                 last, count = moment, count + 1
+    return found
+
+
+def _sessions(valid: list[dict]) -> dict:
+    by_hour = defaultdict(list)
+    for first, last, count in sessions(valid):
+        by_hour[(floor(first, HOUR),)].append(((last - first).total_seconds(), count))
     return {
         key: (len(found), sum(d for d, _ in found) / len(found), sum(n for _, n in found) / len(found))
-        for key, found in sessions.items()
+        for key, found in by_hour.items()
     }
 
 

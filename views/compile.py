@@ -36,6 +36,9 @@ WEIGHT = "_weight"
 SKETCH_LGK = 12
 #: The hidden state every view keeps: its rows' net weight; a merged window exists while it is positive.
 ROWS = "_rows"
+#: A batch row's newest event of the sessions it counts (views of sessions; not a view's column): how far
+#: past its day the day's sessions reach (View.open_until).
+NEWEST = "_newest"
 
 
 def inputs(view: View, events: DataFrame) -> DataFrame:
@@ -118,6 +121,7 @@ def session_rows(view: View, sessions: DataFrame, weight: int = 1) -> DataFrame:
         "events",
         F.lit(EVENT).alias(ROLE),
         F.lit(weight).alias(WEIGHT),
+        F.col("last").alias(NEWEST),
     )
 
 
@@ -154,12 +158,15 @@ def _grouping(view: View, exact: bool) -> tuple[tuple[Column, ...], tuple[Column
         F.col("window.end").alias("window_end"),
         *map(F.col, (*view.keys, *states)),
     )
+    aggregates = tuple(F.expr(agg).alias(c) for c, (agg, _) in states.items())
     if exact:
         partials = (
             *partials[: 2 + len(view.keys)],
             *(F.expr(sql).alias(name) for name, sql in finals(view, exact=True).items()),
         )
-    return keys, tuple(F.expr(agg).alias(c) for c, (agg, _) in states.items()), partials
+        if isinstance(view.window, Session):
+            aggregates, partials = (*aggregates, F.max(NEWEST).alias(NEWEST)), (*partials, F.col(NEWEST))
+    return keys, aggregates, partials
 
 
 def _states(measure: Measure, exact: bool) -> dict[str, tuple[str, str]]:
@@ -258,8 +265,8 @@ def _packing(view: View) -> tuple[Column, ...]:
     )
 
 
-def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:
+def batch(view: View, events: DataFrame, dimensions: dict[str, DataFrame], newest: bool = False) -> DataFrame:
     """Exact view rows from raw_events' first copies (:func:`first_copies`), dimensions as of each
-    event's time."""
-    rows = enrich(view, prepare(view, events), dimensions, as_of=True)
-    return aggregate(view, rows, exact=True)
+    event's time; with ``newest``, a view of sessions' rows have the column :data:`NEWEST` too."""
+    rows = aggregate(view, enrich(view, prepare(view, events), dimensions, as_of=True), exact=True)
+    return rows.drop(NEWEST) if isinstance(view.window, Session) and not newest else rows

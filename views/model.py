@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
-DAY = timedelta(days=1)
+from views.timebase import DAY, day_start
 
 
 def interval(size: timedelta) -> str:
@@ -185,6 +185,12 @@ class View:
             raise ValueError(f"view {self.name}: {'; '.join(problems)}")
 
     @property
+    def reads(self) -> tuple[str, ...]:
+        """The event types that can change its rows: its own and those its FollowedBy joins look for."""
+        followed = (j.event_type for j in self.joins if isinstance(j, FollowedBy))
+        return tuple(dict.fromkeys((*self.event_types, *followed)))
+
+    @property
     def columns(self) -> tuple[str, ...]:
         """The view table's columns, in order."""
         return ("window_start", "window_end", *self.keys, *(m.name for m in self.measures))
@@ -211,6 +217,16 @@ class View:
         (and after) it that the view's windows reach."""
         before, after = math.ceil(self.reach / DAY), math.ceil(self.lookback / DAY)
         return [day + i * DAY for i in range(-before, after + 1)]
+
+    def open_until(self, day: date, newest: datetime | None = None) -> datetime:
+        """Until when (exclusive) an event after ``day`` can change its rows: the day's end plus how far
+        its windows reach; for sessions, once batch saw ``newest`` (the newest event of a session that
+        began on the day; the day's start if none did), no later than that plus the gap (and the joins'
+        follow): a later event starts a session of its own."""
+        end = day_start(day) + DAY
+        if newest is None or not isinstance(self.window, Session):
+            return end + self.reach
+        return min(end + self.reach, max(end, newest + self.window.gap + self.follow))
 
     @property
     def follow(self) -> timedelta:

@@ -138,6 +138,7 @@ LATE_EVENTS = Table(
             pa.field("events", pa.int64(), False),
             pa.field("received_at", _UTC, False),
             pa.field("batch_id", pa.int64(), False),
+            pa.field("first_event", _UTC),
         ]
     ),
     checkpoint="landing",
@@ -162,6 +163,7 @@ SERVING_STATE = Table(
             pa.field("day", pa.date32(), False),
             pa.field("rows", pa.int64(), False),
             pa.field("computed_at", _UTC, False),
+            pa.field("open_until", _UTC),
         ]
     ),
 )

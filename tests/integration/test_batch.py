@@ -14,7 +14,7 @@ from batch_layer.recompute import recompute_day, recompute_view
 from domains.clickstream.generator import generate
 from domains.sample import Mix
 from infra import storage
-from lake import versions
+from lake import ledger, versions
 from speed_layer.queries import ensure_tables
 from tests import oracle
 from tests.integration.records import land
@@ -71,6 +71,18 @@ def test_days_are_final_in_whatever_order_they_were_computed(spark, tables, land
     recompute_view(spark, tables, VIEW, DAY + timedelta(days=1), DAY + timedelta(days=2))
     summary = recompute_view(spark, tables, VIEW, DAY - timedelta(days=1), DAY)
     assert summary.final_days == f"{(DAY - timedelta(days=1)).date()}, {(DAY + timedelta(days=1)).date()}"
+
+
+def test_the_ledger_records_how_far_a_days_sessions_reach(spark, tables, landed):
+    """sessions_hourly's day stays open to later events until 30 minutes after the newest event of a
+    session that began on it (the oracle's sessions); page_views_per_minute's until its end."""
+    for name in ("sessions_hourly", VIEW.name, "search_ctr_hourly"):
+        recompute_view(spark, tables, get(name), DAY, DAY + timedelta(days=1))
+    recorded = {entry.view: entry.open_until for entry in ledger.entries(tables) if entry.day == DAY.date()}
+    newest = max(last for first, last, _ in oracle.sessions(oracle.events(landed)) if first.date() == DAY.date())
+    assert recorded["sessions_hourly"] == max(DAY + timedelta(days=1), newest + timedelta(minutes=30))
+    assert recorded[VIEW.name] == DAY + timedelta(days=1)
+    assert recorded["search_ctr_hourly"] == DAY + timedelta(days=1, minutes=30)
 
 
 def test_without_raw_events_nothing_is_written(spark, tables):

@@ -207,14 +207,25 @@ def test_the_state_forgets_what_the_watermark_makes_useless(spark, tables, recor
 
 def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     """Events that are not behind the watermark but fall on a day batch made final count as late for
-    the views that day is final for, so that the late-data recompute corrects it."""
-    views = [all_views()["page_views_per_minute"], all_views()["active_users_hourly"]]
+    the views that day is final for, so that the late-data recompute corrects it; events of the day
+    after a final day count only for a view whose windows reach them."""
+    views = [all_views()[name] for name in ("page_views_per_minute", "active_users_hourly", "search_ctr_hourly")]
     queries.ensure_tables(spark, tables)
     start = datetime(2026, 6, 1, 10, tzinfo=timebase.UTC)
+    midnight = start.replace(hour=0)
     write_deltalake(
         tables.table("serving_state"),
         pa.Table.from_pylist(
-            [{"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start}],
+            [
+                {"view": "page_views_per_minute", "day": start.date(), "rows": 1, "computed_at": start},
+                {
+                    "view": "search_ctr_hourly",
+                    "day": (start - timebase.DAY).date(),
+                    "rows": 1,
+                    "computed_at": start,
+                    "open_until": midnight + timedelta(minutes=30),
+                },
+            ],
             catalog.SERVING_STATE.schema,
         ),
     )
@@ -223,11 +234,12 @@ def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
     )
     Fold(spark, tables, views, "final-days")(kafka_frame(spark, records), 0)
     counted = {
-        (r.view, r.day): r.events for r in spark.read.format("delta").load(tables.table("late_events")).collect()
+        (r.view, r.day): (r.events, timebase.utc(r.first_event))
+        for r in spark.read.format("delta").load(tables.table("late_events")).collect()
     }
-    assert counted == {
-        ("page_views_per_minute", start.date()): sum(json.loads(r.value)["event_type"] == "page_view" for r in records)
-    }
+    page_views = [e for e in map(json.loads, (r.value for r in records)) if e["event_type"] == "page_view"]
+    first = min(datetime.fromisoformat(e["event_time"]) for e in page_views)
+    assert counted == {("page_views_per_minute", start.date()): (len(page_views), first)}
     assert stale_days(tables) == [start.date()]
 
 

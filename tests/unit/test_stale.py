@@ -11,7 +11,7 @@ from views.timebase import UTC
 
 
 def _table(settings, name, rows):
-    write_deltalake(settings.table(name), pa.Table.from_pylist(rows))
+    write_deltalake(settings.table(name), pa.Table.from_pylist(rows), mode="append")
 
 
 V, W = "page_views_per_minute", "active_users_hourly"  # tumbling windows: a late event changes its own day
@@ -74,3 +74,32 @@ def test_late_events_make_the_days_their_windows_reach_stale(tmp_path):
         ],
     )
     assert stale_days(settings) == [days[0], days[1], days[3], days[4], days[5]]
+
+
+def test_a_day_before_the_late_events_is_stale_only_if_its_windows_reach_their_first(tmp_path):
+    """Sessions of the 20th whose newest event batch saw at 23:50 reach 00:20 on the 21st: events of the
+    21st from 07:00 on cannot change them, one at 00:10 can."""
+    settings = load(tmp_path)
+    d20, d21 = date(2026, 11, 20), date(2026, 11, 21)
+    reach = datetime(2026, 11, 21, 0, 20, tzinfo=UTC)
+    _table(
+        settings,
+        "serving_state",
+        [
+            {"view": "sessions_hourly", "day": d20, "rows": 1, "computed_at": at(1), "open_until": reach},
+            {"view": "trending_products", "day": d20, "rows": 1, "computed_at": at(1), "open_until": None},
+        ],
+    )
+
+    def late(view, first):
+        return {"view": view, "day": d21, "events": 1, "received_at": at(8), "batch_id": 1, "first_event": first}
+
+    _table(settings, "late_events", [late("sessions_hourly", at(7)), late("trending_products", at(7))])
+    assert stale_days(settings) == []
+    _table(settings, "late_events", [late("sessions_hourly", reach.replace(minute=10))])
+    assert stale_days(settings) == [d20]
+    settings = load(tmp_path / "other")
+    _table(settings, "serving_state", [{"view": "trending_products", "day": d20, "rows": 1, "computed_at": at(1)}])
+    # no open_until recorded: the day's windows reach 10 minutes past its end
+    _table(settings, "late_events", [late("trending_products", reach.replace(minute=5))])
+    assert stale_days(settings) == [d20]
