@@ -199,7 +199,10 @@ class Fold:
         watermark = self.state.watermark
         # the ids seen before are found by probing the recent events with the micro-batch's (a semi join
         # hashes its small side), not by hashing every recent id for the anti join, each micro-batch
-        seen = f"SELECT event_id FROM {sql.RECENT} WHERE event_id IN (SELECT event_id FROM landed)"
+        seen = " UNION ALL ".join(
+            f"SELECT event_id FROM {known} WHERE event_id IN (SELECT event_id FROM landed)"
+            for known in (sql.RECENT, sql.SEEN)
+        )
         self.db.execute(
             f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) WHERE event_id NOT IN ({seen})",
             [watermark, watermark],

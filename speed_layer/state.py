@@ -3,9 +3,13 @@ driver's (the fold's own database: :mod:`views.sql` names its tables).
 
 - the **watermark**: the newest event time landed in earlier micro-batches, minus the ``watermark``
   setting. An event older than it is *late*: landed, counted in late_events, left to batch.
-- **recent events** (:data:`views.sql.RECENT`): the first copy of each event that was not late, as long
-  as its time is at or after the watermark minus the longest FollowedBy bound: later copies of these are
-  duplicates, and later events may still follow them.
+- **recent events** (:data:`views.sql.RECENT`): the first copy of each event that was not late and
+  is of a type a FollowedBy join reads (:attr:`State.followed`), as long as its time is at or after the
+  watermark minus the longest FollowedBy bound: later copies of these are duplicates, and later events
+  may still follow them.
+- **seen events** (:data:`views.sql.SEEN`): the id and time of the first copy of every other event that
+  was not late, as long as its time is at or after the watermark: later copies of these are duplicates
+  (a copy of an older one is late).
 - **open sessions** per session view (:func:`views.sql.open_sessions`): (per, start, last, events) of
   sessions that a new event could still extend.
 
@@ -25,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from views import compile, sql, tables
-from views.model import Session, View
+from views.model import FollowedBy, Session, View
 from views.timebase import UTC
 
 
@@ -55,9 +59,16 @@ class State:
         """The oldest event time still worth remembering."""
         return None if self.watermark is None else self.watermark - self.follow
 
+    @property
+    def followed(self) -> str:
+        """SQL: whether an event is of a type a FollowedBy join reads (its view's own or its followers')."""
+        types = sorted({t for v in self.views if any(isinstance(j, FollowedBy) for j in v.joins) for t in v.reads})
+        return f"event_type IN ({', '.join(map(sql.text, types))})" if types else "FALSE"
+
     def remember(self) -> None:
         """Keep a micro-batch's new events (once its views are computed)."""
-        self.db.execute(f"INSERT INTO {sql.RECENT} SELECT * FROM {sql.NEW}")
+        self.db.execute(f"INSERT INTO {sql.RECENT} SELECT * FROM {sql.NEW} WHERE {self.followed}")
+        self.db.execute(f"INSERT INTO {sql.SEEN} SELECT event_id, event_time FROM {sql.NEW} WHERE NOT {self.followed}")
 
     def grow_sessions(self, view: View) -> None:
         """Replace the micro-batch's touched sessions of ``view`` with its grown ones."""
@@ -73,6 +84,7 @@ class State:
         if self.watermark is None:
             return
         self.db.execute(f"DELETE FROM {sql.RECENT} WHERE event_time < ?", [self.horizon])
+        self.db.execute(f"DELETE FROM {sql.SEEN} WHERE event_time < ?", [self.watermark])
         for view in self.views:
             if isinstance(view.window, Session):
                 self.db.execute(
@@ -118,7 +130,8 @@ def restore(
         f"USING (ingested_at) WHERE _before IS NULL OR event_time >= _before - INTERVAL "
         f"'{delay.total_seconds()} seconds'"
     )
-    db.execute(f"CREATE TABLE {sql.RECENT} AS SELECT * FROM _counted")
+    db.execute(f"CREATE TABLE {sql.RECENT} AS SELECT * FROM _counted WHERE {state.followed}")
+    db.execute(f"CREATE TABLE {sql.SEEN} AS SELECT event_id, event_time FROM _counted WHERE NOT {state.followed}")
     for view in views:
         if isinstance(view.window, Session):
             db.execute(f"CREATE TABLE {sql.open_sessions(view)} AS {sql.sessions_of(view, '_counted')}")

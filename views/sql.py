@@ -6,7 +6,8 @@ dimensions, mergeable states per window and key, the same SQL for the states), o
 speed layer keeps in its DuckDB:
 
 - :data:`NEW`: the micro-batch's new events; :data:`RECENT`: the events of earlier micro-batches it
-  remembers (both with the source's columns);
+  remembers whole (both with the source's columns); :data:`SEEN`: the ids and times of the others it
+  remembers;
 - :func:`open_sessions` of a session view, and the :func:`touched` and :func:`grown` sessions of a
   micro-batch (tables the fold makes from :func:`touched_sql` and :func:`grown_sql` first);
 - :func:`dimension`: a dimension's current rows.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from views import compile
 from views.model import Dimension, FollowedBy, Hopping, Session, View, interval
 
-NEW, RECENT = "new_events", "recent_events"
+NEW, RECENT, SEEN = "new_events", "recent_events", "seen_events"
 
 
 def open_sessions(view: View) -> str:
@@ -41,20 +42,21 @@ def quoted(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def _text(value: str) -> str:
+def text(value: str) -> str:
+    """``value`` as a SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
 
 
 def _own(view: View, events: str) -> str:
-    types = ", ".join(map(_text, view.event_types))
+    types = ", ".join(map(text, view.event_types))
     return (
-        f"SELECT *, {_text(compile.EVENT)} AS {compile.ROLE}, 1 AS {compile.WEIGHT} "
+        f"SELECT *, {text(compile.EVENT)} AS {compile.ROLE}, 1 AS {compile.WEIGHT} "
         f"FROM {events} WHERE event_type IN ({types})"
     )
 
 
 def _followers(join: FollowedBy, events: str) -> str:
-    return f"SELECT * FROM {events} WHERE event_type = {_text(join.event_type)}"
+    return f"SELECT * FROM {events} WHERE event_type = {text(join.event_type)}"
 
 
 def _flagged(view: View, join: FollowedBy, rows: str, later: str, how: str = "EXISTS") -> str:
@@ -69,7 +71,7 @@ def _flagged(view: View, join: FollowedBy, rows: str, later: str, how: str = "EX
         ]
     )
     return (
-        f"SELECT * REPLACE ({_text(join.flag)} AS {compile.ROLE}) FROM ({rows}) AS r "
+        f"SELECT * REPLACE ({text(join.flag)} AS {compile.ROLE}) FROM ({rows}) AS r "
         f"WHERE {how} (SELECT 1 FROM ({later}) AS l WHERE {meets})"
     )
 
@@ -140,7 +142,7 @@ def _session_rows(view: View, sessions: str, weight: int) -> str:
     return (
         f"SELECT start AS {view.event_time}, {view.session.per}, "
         f"(epoch_us(last) - epoch_us(start)) / 1e6 AS duration_s, events, "
-        f"{_text(compile.EVENT)} AS {compile.ROLE}, {weight} AS {compile.WEIGHT} FROM {sessions}"
+        f"{text(compile.EVENT)} AS {compile.ROLE}, {weight} AS {compile.WEIGHT} FROM {sessions}"
     )
 
 
@@ -149,7 +151,7 @@ def _enriched(view: View, rows: str) -> str:
     for join in view.joins:
         if isinstance(join, Dimension):
             rows = (
-                f"SELECT r.*, coalesce(d.{join.column}, {_text(join.default)}) AS {join.column} "
+                f"SELECT r.*, coalesce(d.{join.column}, {text(join.default)}) AS {join.column} "
                 f"FROM ({rows}) AS r LEFT JOIN {dimension(join.table)} AS d ON r.{join.key} = d.{join.key}"
             )
     return rows
@@ -187,6 +189,6 @@ def partials(view: View) -> str:
     )
     packed = ", ".join(f"{c} := {c}" for c in columns)
     return (
-        f"SELECT {_text(view.name)} AS view, date_trunc('hour', window_start) AS window_hour, "
+        f"SELECT {text(view.name)} AS view, date_trunc('hour', window_start) AS window_hour, "
         f"struct_pack({packed}) AS {view.name} FROM ({aggregated})"
     )
