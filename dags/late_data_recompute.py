@@ -3,11 +3,11 @@
 Eventual accuracy for late data: events behind a view's speed watermark are dropped by the speed
 views but land in `raw_events`, and the speed layer counts them per view and day in `late_events`.
 This DAG recomputes exactly the days that were batched already and have received late events since
-(`batch_layer.stale.stale_days`), one mapped task per run of consecutive stale days, each computed
-together on the batch engine (raw_events read once for the run of days), replacing those days and
-recording each final on its own. It runs on data:
-when `speed_layer_watchdog` updates the late_events table's Asset (it found such days), and
-every hour in any case.
+that can change them (`batch_layer.stale.stale_days`: a day before the events' own, only if its windows
+reach their first, as the ledger's `open_until` says), one mapped task per run of consecutive stale
+days, each computed together on the batch engine (raw_events read once for the run of days), replacing
+those days and recording each final on its own. It runs on data: when `speed_layer_watchdog` updates
+the late_events table's Asset (it found such days), and every hour in any case.
 Days not batched yet need nothing: their nightly `batch_recompute` run will count the late events.
 """
 
