@@ -24,6 +24,12 @@ and the days a batch run makes final are left out of a copy of it.
 A view's batch rows come from the version of its batch table that ``serving_versions`` names
 (lake.versions): the engine reads the ledger, then the pointers, then the batch tables, so a
 switch shows at the next query, whole, and a query runs on one state (one version of each table).
+
+One query at a time brings the state up to date (a refresh), before it runs: the others do not wait
+for it. A query that arrives during a refresh runs on the state the last refresh left, if that refresh
+read the tables it reads and began at most :data:`FOLLOW_SECONDS` before the one under way; else it
+waits and refreshes in turn. So a micro-batch's fold, or a version switch's copies, hold up only the
+query that makes them, and a query still sees every version committed a little before it arrived.
 """
 
 from __future__ import annotations
@@ -94,6 +100,9 @@ PASSED = 10_000
 #: view's speed rows are brought up to date with the files that the partials' changes since they were
 #: made added if it remembers them all, else made anew from all the partials.
 CHANGES = 300
+#: A query that arrives during a refresh runs on the last state if the refresh that made it began at
+#: most this many seconds before the one under way (refreshes follow each other under load).
+FOLLOW_SECONDS = 0.25
 
 
 def _appended(
@@ -382,9 +391,16 @@ class Engine:
         #: The merged views' parts, by view and part, and the rows of each copy.
         self._parts: dict[tuple[str, str], _Part] = {}
         self._rows: dict[str, int] = {}
+        #: The database; only a refresh (one at a time: ``_refreshing``) uses it, and ``_spare``, a cursor
+        #: of it, makes the queries' cursors and drops unused tables (under ``_lock``, which guards the rest).
         self._db = sandbox.connect(settings.query_memory_limit, settings.query_threads)
         sketch_functions(self._db)
-        self._state, self._lock = _State(), threading.Lock()
+        self._spare = self._db.cursor()
+        self._state, self._lock, self._refreshing = _State(), threading.Lock(), threading.Lock()
+        #: When the refresh under way began (None: none is), and by table, when the last refresh that read
+        #: it began (a batch table counts as read only by a refresh that brought its view's parts up to date).
+        self._refresh_began: float | None = None
+        self._read_at: dict[str, float] = {}
         self._idle: list[_Cursor] = []
         #: States that queries are running on, and copies no longer current (dropped once unused).
         self._running: Counter[_State] = Counter()
@@ -398,10 +414,36 @@ class Engine:
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
 
     def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
-        """What is registered now (called with the lock held): the tables ``needed`` (default: all) opened
-        again if their Delta log changed, and, if ``fold``, the parts of the views whose batch table is
-        among them brought up to date; copies the new versions of the tables not :data:`SCANNED`
-        (unless a version only rearranged the rows of the last one copied)."""
+        """What is registered now (called with ``_refreshing`` held): :meth:`_bring_up_to_date`, its
+        start and the tables it read noted for the queries that arrive meanwhile (:meth:`_follows`)."""
+        began = time.monotonic()
+        with self._lock:
+            self._refresh_began = began
+        try:
+            state = self._bring_up_to_date(needed, fold)
+        finally:
+            with self._lock:
+                self._refresh_began = None
+        read = self._tables.keys() if needed is None else needed & self._tables.keys()
+        views = {batch_relation(name) for name in self._views}
+        with self._lock:
+            self._read_at.update({name: began for name in read if fold or name not in views})
+        return state
+
+    def _follows(self, reads: set[str] | None) -> bool:
+        """Whether a query reading the tables ``reads`` (None: all) can run on the current state while
+        a refresh is under way: the last refresh that read them began at most :data:`FOLLOW_SECONDS`
+        before it (called with ``_lock`` held)."""
+        if self._refresh_began is None:
+            return False
+        since = self._refresh_began - FOLLOW_SECONDS
+        return all(self._read_at.get(name, since - 1) >= since for name in (self._tables if reads is None else reads))
+
+    def _bring_up_to_date(self, needed: set[str] | None, fold: bool) -> _State:
+        """The tables ``needed`` (default: all) opened again if their Delta log changed, and, if ``fold``,
+        the parts of the views whose batch table is among them brought up to date; copies the new
+        versions of the tables not :data:`SCANNED` (unless a version only rearranged the rows of the
+        last one copied). The new state is swapped in at once, whole."""
         changed = []
         for name in self._tables:  # in order: a batch table is replaced as soon as the pointers changed
             if (needed is None or name in needed) and self._tables[name].changed():
@@ -420,9 +462,10 @@ class Engine:
         views = {name for name in self._views if fold and (needed is None or batch_relation(name) in needed)}
         state = self._build([name for name in changed if name in present and name not in registered], registered, views)
         if changed or state.views != self._state.views:
-            self._retired.update(_held(self._state) - _held(state))
-            self._state = state
-            self._drop_unused()
+            with self._lock:
+                self._retired.update(_held(self._state) - _held(state))
+                self._state = state
+                self._drop_unused()
         return self._state
 
     def _point_batch_tables(self) -> None:
@@ -434,10 +477,11 @@ class Engine:
                 self._tables[batch_relation(name)] = _Table(path)
 
     def _drop_unused(self) -> None:
-        """Drop the retired copies and parts that no running query's state holds."""
+        """Drop the retired copies and parts that no running query's state holds (called with ``_lock``
+        held; a retired table is no refresh's to read or write, so a refresh under way is not waited for)."""
         unused = self._retired.difference(*(_held(s) for s in self._running))
         for copy in unused:
-            self._db.execute(f'DROP TABLE "{copy}"')
+            self._spare.execute(f'DROP TABLE "{copy}"')
             self._rows.pop(copy, None)
         self._retired -= unused
 
@@ -455,8 +499,9 @@ class Engine:
             what = "the merged views do"
             return self._make_parts(registered, views, made)
         except duckdb.OutOfMemoryException:
-            self._retired.update(made - _held(self._state))
-            self._drop_unused()
+            with self._lock:
+                self._retired.update(made - _held(self._state))
+                self._drop_unused()
             for table in names:
                 self._tables[table].forget()
             raise sandbox.QueryError(
@@ -489,7 +534,7 @@ class Engine:
     def copied(self) -> Counter[str]:
         """How many versions of each table were copied into the database so far (a table :data:`SCANNED`
         is read in place, never copied)."""
-        with self._lock:
+        with self._refreshing:
             return Counter(self._copied)
 
     def finality(self) -> dict[str, dict[str, set[date]]]:
@@ -498,7 +543,7 @@ class Engine:
         Read from the engine's copy of the ledger and the partials' files (partitioned by the hour their
         windows start), one state of both: no view's speed rows are folded for it."""
         ledger_table, partials = tables.SERVING_STATE.name, tables.SPEED_PARTIALS.name
-        with self._lock:
+        with self._refreshing:
             ledger = self._refresh({ledger_table, partials}, fold=False).tables.get(ledger_table)
             final: dict[str, set[date]] = {name: set() for name in self._views}
             for name, day in self._db.execute(f'SELECT view, day FROM "{ledger}"').fetchall() if ledger else ():
@@ -514,7 +559,7 @@ class Engine:
     def with_data(self) -> set[str]:
         """The tables and views that have data now, their tables opened again if they changed; no view's
         rows are folded for it."""
-        with self._lock:
+        with self._refreshing:
             registered = self._refresh(fold=False).tables
             return registered.keys() | {name for name in self._views if any(self._sources(name, registered))}
 
@@ -529,13 +574,13 @@ class Engine:
 
     def committed_at(self, name: str) -> datetime | None:
         """When table ``name``'s current version was committed (None if it has none)."""
-        with self._lock:
+        with self._refreshing:
             self._refresh({name})
             return self._tables[name].committed_at()
 
     def memory(self) -> tuple[int, str]:
         """The bytes the database holds now (its copies, the views' parts, running queries) and its limit."""
-        with self._lock:
+        with self._refreshing:
             [(held,)] = self._db.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()
             return int(held), sandbox.memory_limit_of(self._db)
 
@@ -690,12 +735,10 @@ class Engine:
         views; the column names and rows. Only the tables it reads are opened again if they changed: a
         view's query does not wait for raw_events' new version."""
         with self._lock:
-            cursor = self._idle.pop() if self._idle else _Cursor(self._db.cursor())
+            cursor = self._idle.pop() if self._idle else _Cursor(self._spare.cursor())
         try:
             reads, tree = self._read_by(cursor.con, sql)
-            with self._lock:
-                state = self._refresh(reads)
-                self._running[state] += 1
+            state = self._running_state(reads)
         except BaseException:
             self._give_back(cursor)
             raise
@@ -716,6 +759,23 @@ class Engine:
                 self._give_back(cursor)
             else:  # the cursor is free once the lane's run stopped
                 cursor.abandoned.add_done_callback(lambda _: self._give_back(cursor))
+
+    def _running_state(self, reads: set[str] | None) -> _State:
+        """The state a query reading the tables ``reads`` (None: all) runs on, counted as running:
+        refreshed by this query, unless a refresh is under way and the query :meth:`_follows` it."""
+        if not self._refreshing.acquire(blocking=False):
+            with self._lock:
+                if self._follows(reads):
+                    self._running[self._state] += 1
+                    return self._state
+            self._refreshing.acquire()
+        try:
+            state = self._refresh(reads)
+            with self._lock:
+                self._running[state] += 1
+            return state
+        finally:
+            self._refreshing.release()
 
     def _give_back(self, cursor: _Cursor) -> None:
         cursor.abandoned = None
@@ -756,10 +816,11 @@ class Engine:
 
     def close(self) -> None:
         self._slow_lane.shutdown(cancel_futures=True)
-        with self._lock:
+        with self._refreshing, self._lock:
             for cursor in self._idle:
                 cursor.con.close()
             self._idle.clear()
+            self._spare.close()
             self._db.close()
 
 

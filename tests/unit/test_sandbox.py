@@ -792,3 +792,19 @@ def _trimmed_after_folding_300_files(settings: Deployment) -> int:
     before = _resident()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     return before - _resident()
+
+
+def test_a_query_does_not_wait_for_another_querys_refresh(settings):
+    """While one query copies a large new version of a table, a query of a view read a moment before
+    runs on the state it found and answers at once; the copy's query then sees the whole version."""
+    rows = 4_000_000
+    write_deltalake(settings.table("quality_results"), pa.table({"n": pa.array(range(rows), pa.int64())}))
+    view = "SELECT views FROM page_views_per_minute"
+    assert engine.query(settings, view)[1] == [(3,)]
+    with ThreadPoolExecutor(1) as pool:
+        copying = pool.submit(engine.query, settings, "SELECT count(*) FROM quality_results")
+        while engine._engine(settings)._refresh_began is None:
+            time.sleep(0.001)
+        assert engine.query(settings, view)[1] == [(3,)]
+        assert not copying.done()
+        assert copying.result()[1] == [(rows,)]
