@@ -62,12 +62,14 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def deployment(request: Request) -> Deployment:
-    """The deployment the app serves (a dependency of every route that reads its data)."""
+async def deployment(request: Request) -> Deployment:
+    """The deployment the app serves (a dependency of every route that reads its data). The
+    dependencies are coroutines, as they never block: FastAPI runs a plain function's on a thread of
+    its pool, two hops more for every request."""
     return request.app.state.settings
 
 
-def authorized(request: Request) -> None:
+async def authorized(request: Request) -> None:
     """Refuse a request without the app's token, when it requires one."""
     required, given = request.app.state.token, request.headers.get("authorization", "")
     if required and not secrets.compare_digest(given.encode(), f"Bearer {required}".encode()):
@@ -189,6 +191,7 @@ def serve(settings: Deployment, host: str, port: int, say: Say = print) -> None:
     import uvicorn
 
     pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+    engine.watch(settings)
 
     required = token(settings, host)
     say(

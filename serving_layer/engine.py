@@ -29,12 +29,15 @@ One query at a time brings the state up to date (a refresh), before it runs: the
 for it. A query that arrives during a refresh runs on the state the last refresh left, if that refresh
 read the tables it reads and began at most :data:`FOLLOW_SECONDS` before the one under way; else it
 waits and refreshes in turn. So a micro-batch's fold, or a version switch's copies, hold up only the
-query that makes them, and a query still sees every version committed a little before it arrived.
+query that makes them, and a query still sees every version committed a little before it arrived. A
+long-lived engine (the HTTP API's) also watches the Delta logs of the tables queries read
+(:meth:`Engine.watch`) and refreshes as soon as one commits: then no query makes the folds.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import itertools
@@ -54,6 +57,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as fs
+import watchfiles
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -103,6 +107,8 @@ CHANGES = 300
 #: A query that arrives during a refresh runs on the last state if the refresh that made it began at
 #: most this many seconds before the one under way (refreshes follow each other under load).
 FOLLOW_SECONDS = 0.25
+#: The watcher (:meth:`Engine.watch`) keeps a table up to date while a query read it this recently.
+WATCHED_SECONDS = 60.0
 
 
 def _appended(
@@ -401,6 +407,9 @@ class Engine:
         #: it began (a batch table counts as read only by a refresh that brought its view's parts up to date).
         self._refresh_began: float | None = None
         self._read_at: dict[str, float] = {}
+        #: By table, when a query last asked for it (what the watcher watches), and the engine's end.
+        self._asked: dict[str, float] = {}
+        self._closed = threading.Event()
         self._idle: list[_Cursor] = []
         #: States that queries are running on, and copies no longer current (dropped once unused).
         self._running: Counter[_State] = Counter()
@@ -763,6 +772,9 @@ class Engine:
     def _running_state(self, reads: set[str] | None) -> _State:
         """The state a query reading the tables ``reads`` (None: all) runs on, counted as running:
         refreshed by this query, unless a refresh is under way and the query :meth:`_follows` it."""
+        with self._lock:
+            now = time.monotonic()
+            self._asked.update((name, now) for name in (self._tables if reads is None else reads))
         if not self._refreshing.acquire(blocking=False):
             with self._lock:
                 if self._follows(reads):
@@ -776,6 +788,59 @@ class Engine:
             return state
         finally:
             self._refreshing.release()
+
+    def watch(self) -> None:
+        """From now on, bring the tables queries read in the last :data:`WATCHED_SECONDS` up to date as
+        soon as one commits a version, on a thread of the engine's: each local table's Delta log folder
+        is watched (watchfiles: the system's file events). A micro-batch's fold is then made before a
+        query asks for it, where the first query to find the new version would wait for it; queries
+        that arrive meanwhile run on the state before (:meth:`_follows`). Only a long-lived engine
+        needs it: the HTTP API's."""
+        threading.Thread(target=self._watch, name="table-watcher", daemon=True).start()
+
+    def _watched(self) -> dict[str, str]:
+        """The Delta log folders to watch, each with its table's name."""
+        with self._lock:
+            since = time.monotonic() - WATCHED_SECONDS
+            asked = [name for name, at in self._asked.items() if at >= since and name in self._tables]
+        logs = {}
+        for name in asked:
+            local = storage.local_path(self._tables[name].path)
+            if local is not None and os.path.isdir(os.path.join(local, storage.LOG)):
+                logs[os.path.join(local, storage.LOG)] = name
+        return logs
+
+    def _watch(self) -> None:
+        """Refresh the watched tables at each change of their logs until the engine closes; the set
+        watched is looked at again every second, and a new set is refreshed once watched (a version
+        committed before is seen then). A refresh that fails (a table that does not fit in memory, a
+        log being rewritten) is left to the query that reads the table next, which says why."""
+        while not self._closed.is_set():
+            logs = self._watched()
+            if not logs:
+                self._closed.wait(1.0)
+                continue
+            try:
+                for seen, changes in enumerate(
+                    watchfiles.watch(
+                        *logs,
+                        watch_filter=None,
+                        debounce=50,
+                        step=1,
+                        stop_event=self._closed,
+                        rust_timeout=1000,
+                        yield_on_timeout=True,
+                        recursive=False,
+                    )
+                ):
+                    if changes or not seen:
+                        with self._refreshing, contextlib.suppress(Exception):
+                            if not self._closed.is_set():
+                                self._refresh(set(logs.values()))
+                    if self._watched() != logs:
+                        break
+            except (OSError, RuntimeError):  # a folder gone, the system's watches all taken: look again
+                self._closed.wait(1.0)
 
     def _give_back(self, cursor: _Cursor) -> None:
         cursor.abandoned = None
@@ -815,6 +880,7 @@ class Engine:
             raise sandbox.TimeLimit(limit) from None
 
     def close(self) -> None:
+        self._closed.set()
         self._slow_lane.shutdown(cancel_futures=True)
         with self._refreshing, self._lock:
             for cursor in self._idle:
@@ -873,6 +939,11 @@ def copied(settings: Deployment) -> Counter[str]:
 def finality(settings: Deployment) -> dict[str, dict[str, set[date]]]:
     """Per view, its final and provisional days (:meth:`Engine.finality`)."""
     return _engine(settings).finality()
+
+
+def watch(settings: Deployment) -> None:
+    """Keep the engine for ``settings`` up to date as tables commit (:meth:`Engine.watch`)."""
+    _engine(settings).watch()
 
 
 def committed_at(settings: Deployment, name: str) -> datetime | None:

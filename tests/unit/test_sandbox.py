@@ -808,3 +808,25 @@ def test_a_query_does_not_wait_for_another_querys_refresh(settings):
         assert engine.query(settings, view)[1] == [(3,)]
         assert not copying.done()
         assert copying.result()[1] == [(rows,)]
+
+
+def test_a_watching_engine_brings_what_queries_read_up_to_date_before_they_ask(settings):
+    """Once a query read the ledger, a new version of it is copied as soon as it is committed, with no
+    query asking; a table no query read is left alone until one does."""
+    watching = engine.Engine(settings)
+    try:
+        watching.watch()
+        assert watching.query("SELECT count(*) FROM serving_state")[1] == [(1,)]
+        copies = watching.copied()
+        write_deltalake(
+            settings.table("serving_state"), pa.table({"view": ["a"], "day": [date(2026, 1, 2)]}), mode="append"
+        )
+        write_deltalake(settings.table("quality_results"), pa.table({"n": [1]}))
+        deadline = time.monotonic() + 30
+        while watching.copied()["serving_state"] == copies["serving_state"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watching.copied()["serving_state"] == copies["serving_state"] + 1
+        assert watching.copied()["quality_results"] == 0
+        assert watching.query("SELECT count(*) FROM serving_state")[1] == [(2,)]
+    finally:
+        watching.close()
