@@ -33,7 +33,8 @@ the rows in Python.
 - **Under writes:** the serving layer's point queries at other literals, one every 20 ms, while the
   speed layer's fold (``speed_layer.fold``) commits micro-batches of 1,000 new events one after
   another; the new table versions committed meanwhile, and how many of them the engine copied
-  into its database (it reads raw_events and dead_letters in place). Spark SQL is not run under
+  into its database (it reads raw_events and dead_letters in place). The engine watches the tables'
+  logs meanwhile, as the HTTP API's does (``engine.watch``). Spark SQL is not run under
   writes: its cached tables keep the versions cached before the writes, and a user sees a new
   micro-batch only by caching the tables again, which is a rebuild, not a query.
 """
@@ -256,6 +257,7 @@ def under_writes(spark: SparkSession, settings: Deployment, queries: list[str]) 
     def versions() -> dict[str, int]:
         return {name: DeltaTable(settings.table(name)).version() for name in WRITTEN}
 
+    engine.watch(settings)
     micro_batch()
     for view in settings.views:  # the engine takes in the first micro-batch before the counts start
         engine.query(settings, f'SELECT count(*) FROM "{view}"')
