@@ -354,32 +354,39 @@ class _Part:
 
 
 class _Cursor:
-    """A cursor of the engine's database and the state registered on it."""
+    """A cursor of the engine's database and what is registered on it: the tables and views of a state
+    that its queries named."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con, self.state = con, _State()
+        self.con = con
+        #: What is registered, by name: each table's data (as a :class:`_State` holds it), each view's SQL.
+        self.tables: dict = {}
+        self.views: dict[str, str] = {}
         #: The slow lane's run of a query on this cursor that its caller stopped waiting for.
         self.abandoned: Future | None = None
 
-    def sync(self, state: _State) -> None:
-        """Register what changed between this cursor's state and ``state``."""
-        if state is self.state:
-            return
-        for name in self.state.views.keys() - state.views.keys():
+    def sync(self, state: _State, names: set[str] | None) -> None:
+        """Register the tables and views of ``state`` among ``names`` (lower case; None: all), as they are
+        in it, and drop what is registered as it is not (no version is kept past its state). A point
+        query of a view registers the view's SQL alone, not each micro-batch's new dataset of partials."""
+        for name in [name for name, sql in self.views.items() if state.views.get(name) != sql]:
             self.con.execute(f'DROP VIEW "{name}"')
-        for name in self.state.tables.keys() - state.tables.keys():
+            del self.views[name]
+        for name in [name for name, data in self.tables.items() if state.tables.get(name) is not data]:
             self.con.unregister(name)
+            del self.tables[name]
         for name, data in state.tables.items():
-            if self.state.tables.get(name) is data:
+            if name in self.tables or (names is not None and name.lower() not in names):
                 continue
             if isinstance(data, str):
                 self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS FROM "{data}"')
             else:
                 self.con.register(name, data)
+            self.tables[name] = data
         for name, sql in state.views.items():
-            if self.state.views.get(name) != sql:
+            if name not in self.views and (names is None or name.lower() in names):
                 self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
-        self.state = state
+                self.views[name] = sql
 
 
 class Engine:
@@ -712,10 +719,13 @@ class Engine:
         """Run ``statement``; the rows it wrote or deleted."""
         return self._db.execute(statement).fetchall()[0][0]
 
-    def _read_by(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[set[str] | None, dict | None]:
-        """The tables ``sql`` reads, through the views it names (None: all of them, if it does not parse
-        or names a relation the engine does not know: the error lists those it knows), and its parsed
-        tree if it was parsed now (:func:`sandbox.parse`)."""
+    def _read_by(
+        self, con: duckdb.DuckDBPyConnection, sql: str
+    ) -> tuple[set[str] | None, set[str] | None, dict | None]:
+        """The relations ``sql`` names (lower case; None if it does not parse), the tables it reads
+        through them (None: all of them, if it does not parse or names a relation the engine does not
+        know: the error lists those it knows), and its parsed tree if it was parsed now
+        (:func:`sandbox.parse`)."""
         tree = None
         try:
             names = self._reads[sql]
@@ -731,13 +741,14 @@ class Engine:
         views = {name.lower(): name for name in self._views}
         known = {name.lower(): name for name in self._tables}
         if names is None or not names <= views.keys() | known.keys():
-            return None, tree
+            return names, None, tree
         merged = {tables.SERVING_STATE.name, tables.SERVING_VERSIONS.name, tables.SPEED_PARTIALS.name}
-        return {
+        reads = {
             table
             for name in names
             for table in ({batch_relation(views[name]), *merged} if name in views else {known[name]})
-        }, tree
+        }
+        return names, reads, tree
 
     def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` (with ``$name`` parameters bound from ``params``) in the sandbox against the merged
@@ -746,13 +757,13 @@ class Engine:
         with self._lock:
             cursor = self._idle.pop() if self._idle else _Cursor(self._spare.cursor())
         try:
-            reads, tree = self._read_by(cursor.con, sql)
+            names, reads, tree = self._read_by(cursor.con, sql)
             state = self._running_state(reads)
         except BaseException:
             self._give_back(cursor)
             raise
         try:
-            cursor.sync(state)
+            cursor.sync(state, names)
             known = state.tables.keys() | state.views.keys()
             if self._passed.get(sql) != known:
                 sandbox.check(cursor.con, sql, known, tree)
