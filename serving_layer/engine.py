@@ -437,12 +437,14 @@ class Engine:
             self._refresh_began = began
         try:
             state = self._bring_up_to_date(needed, fold)
-        finally:
+        except BaseException:
             with self._lock:
                 self._refresh_began = None
+            raise
         read = self._tables.keys() if needed is None else needed & self._tables.keys()
         views = {batch_relation(name) for name in self._views}
         with self._lock:
+            self._refresh_began = None
             self._read_at.update({name: began for name in read if fold or name not in views})
         return state
 
@@ -783,22 +785,27 @@ class Engine:
     def _running_state(self, reads: set[str] | None) -> _State:
         """The state a query reading the tables ``reads`` (None: all) runs on, counted as running:
         refreshed by this query, unless a refresh is under way and the query :meth:`_follows` it."""
-        with self._lock:
-            now = time.monotonic()
-            self._asked.update((name, now) for name in (self._tables if reads is None else reads))
         if not self._refreshing.acquire(blocking=False):
             with self._lock:
                 if self._follows(reads):
+                    self._ask(reads)
                     self._running[self._state] += 1
                     return self._state
             self._refreshing.acquire()
         try:
             state = self._refresh(reads)
             with self._lock:
+                self._ask(reads)
                 self._running[state] += 1
             return state
         finally:
             self._refreshing.release()
+
+    def _ask(self, reads: set[str] | None) -> None:
+        """Note that a query reads the tables ``reads`` (None: all) now, for the watcher (called with
+        ``_lock`` held)."""
+        now = time.monotonic()
+        self._asked.update((name, now) for name in (self._tables if reads is None else reads))
 
     def watch(self) -> None:
         """From now on, bring the tables queries read in the last :data:`WATCHED_SECONDS` up to date as
