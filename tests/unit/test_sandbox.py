@@ -805,7 +805,7 @@ def test_a_query_does_not_wait_for_another_querys_refresh(settings, monkeypatch)
     assert engine.query(settings, view)[1] == [(3,)]
     with ThreadPoolExecutor(1) as pool:
         copying = pool.submit(engine.query, settings, "SELECT count(*) FROM quality_results")
-        while engine._engine(settings)._refresh_began is None:
+        while engine._engine(settings)._refresh_began is None and not copying.done():
             time.sleep(0.001)
         assert engine.query(settings, view)[1] == [(3,)]
         assert not copying.done()
