@@ -6,7 +6,8 @@ others (lake.merge); the master dataset and dead letters are there too, as ``raw
 log changed, and runs each query in the sandbox (``serving_layer/sandbox.py``) on a cursor of its own,
 so readers run side by side. A query still running after ``query_fast_lane_seconds`` is stopped and
 run again, for the rest of its time limit, in the slow lane: one query at a time, on a thread of lower
-CPU priority, so that a few long queries cannot take the cores from the many short ones.
+CPU priority, so that a few long queries cannot take the cores from the many short ones, nor the memory:
+a query of the fast lane refused for memory stops the slow lane's and runs again.
 
 Each version of the other tables the views read (the ledger, the version pointers, the batch tables,
 the dimensions) is copied once into DuckDB's own storage, where a point query takes a millisecond; the
@@ -98,6 +99,11 @@ SETTLED_NS = 50_000_000
 SLOW_LANE_NICENESS = 10
 #: Seconds a query is given to stop once interrupted at its time limit.
 STOPPING_SECONDS = 1.0
+#: What a query in the slow lane that gave way to the fast lane's (:meth:`Engine._make_way`) is told.
+GAVE_WAY = (
+    "stopped: other queries needed the memory it held (setting query_memory_limit); "
+    "narrow the query with WHERE or aggregate"
+)
 #: How many checked queries an engine remembers (it forgets them all when it has this many).
 PASSED = 10_000
 #: How many changes of a table the engine remembers (5 minutes of micro-batches a second; 15 KB each): a
@@ -353,6 +359,16 @@ class _Part:
     deleted: int = 0
 
 
+@dataclass
+class _SlowRun:
+    """The query running in the slow lane: its connection, whether it was told to give way to the fast
+    lane's queries (:meth:`Engine._make_way`), and whether it stopped."""
+
+    con: duckdb.DuckDBPyConnection
+    gave_way: bool = False
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+
 class _Cursor:
     """A cursor of the engine's database and what is registered on it: the tables and views of a state
     that its queries named."""
@@ -428,6 +444,7 @@ class Engine:
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
+        self._slow_run: _SlowRun | None = None
 
     def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
         """What is registered now (called with ``_refreshing`` held): :meth:`_bring_up_to_date`, its
@@ -875,7 +892,7 @@ class Engine:
         )
         con, deadline = cursor.con, time.monotonic() + limit
         try:
-            return sandbox.run(con, sql, min(fast, limit), rows, params)
+            return self._fast_lane(con, sql, min(fast, limit), rows, params)
         except sandbox.TimeLimit:
             if fast >= limit:
                 raise
@@ -884,10 +901,21 @@ class Engine:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise sandbox.TimeLimit(limit)
+            run = _SlowRun(con)
+            with self._lock:
+                self._slow_run = run
             try:
                 return sandbox.run(con, sql, left, rows, params)
-            except sandbox.TimeLimit:
-                raise sandbox.TimeLimit(limit) from None
+            except sandbox.QueryError as exc:
+                if run.gave_way:
+                    raise sandbox.QueryError(GAVE_WAY) from None
+                if isinstance(exc, sandbox.TimeLimit):
+                    raise sandbox.TimeLimit(limit) from None
+                raise
+            finally:
+                with self._lock:
+                    self._slow_run = None
+                run.stopped.set()
 
         waiting = self._slow_lane.submit(slow)
         try:  # a query in the lane that is slow to stop does not hold the ones behind it past their limits
@@ -896,6 +924,39 @@ class Engine:
             if not waiting.cancel():
                 cursor.abandoned = waiting
             raise sandbox.TimeLimit(limit) from None
+
+    def _fast_lane(
+        self, con: duckdb.DuckDBPyConnection, sql: str, timeout: float, rows: int, params: dict | None
+    ) -> tuple[list[str], list[tuple]]:
+        """Run ``sql`` for at most ``timeout`` seconds; refused for memory while the slow lane's query
+        holds it, it runs again once that query gave way (:meth:`_make_way`)."""
+        began = time.monotonic()
+        try:
+            return sandbox.run(con, sql, timeout, rows, params)
+        except sandbox.OutOfMemory:
+            if not self._make_way():
+                raise
+        return sandbox.run(con, sql, max(0.0, timeout - (time.monotonic() - began)), rows, params)
+
+    def _make_way(self) -> bool:
+        """Stop the query running in the slow lane, if one is, so that the memory it holds is free for the
+        fast lane's; whether one stopped within :data:`STOPPING_SECONDS`. It is interrupted again every
+        ``sandbox.AGAIN_SECONDS`` (an interrupt that comes before it began is lost), and only while it runs:
+        an interrupt would stop what runs next on its connection."""
+        with self._lock:
+            run = self._slow_run
+            if run is None:
+                return False
+            run.gave_way = True
+        until = time.monotonic() + STOPPING_SECONDS
+        while True:
+            with self._lock:
+                if self._slow_run is run:
+                    run.con.interrupt()
+            if run.stopped.wait(sandbox.AGAIN_SECONDS):
+                return True
+            if time.monotonic() >= until:
+                return False
 
     def close(self) -> None:
         self._closed.set()

@@ -50,6 +50,10 @@ class TimeLimit(QueryError):
         )
 
 
+class OutOfMemory(QueryError):
+    """A query refused for needing more memory than the database has left."""
+
+
 def _one_line(error: object) -> str:
     return " ".join(str(error).split())
 
@@ -73,10 +77,10 @@ def memory_limit_of(con: duckdb.DuckDBPyConnection) -> str:
 TOO_DEEP = "refused: expressions nested too deeply; write the query flatter"
 
 
-def _needs_memory(con: duckdb.DuckDBPyConnection) -> QueryError:
+def _needs_memory(con: duckdb.DuckDBPyConnection) -> OutOfMemory:
     with con.cursor() as fresh:  # ``con`` may be interrupted still (:class:`_Deadlines`)
         limit = memory_limit_of(fresh)
-    return QueryError(
+    return OutOfMemory(
         f"refused: needs more memory than the limit, {limit} (setting query_memory_limit); "
         f"narrow the query with WHERE or aggregate"
     )
