@@ -44,6 +44,7 @@ import ctypes.util
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -58,9 +59,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as fs
-import watchfiles
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from inotify_simple import INotify, flags
 
 from infra import storage
 from infra.deployment import Deployment
@@ -115,6 +116,8 @@ CHANGES = 300
 FOLLOW_SECONDS = 0.25
 #: The watcher (:meth:`Engine.watch`) keeps a table up to date while a query read it this recently.
 WATCHED_SECONDS = 60.0
+#: The name of a commit's file in a Delta log (Spark renames it into place, delta-rs links it).
+COMMIT = re.compile(r"\d{20}\.json")
 
 
 def _appended(
@@ -444,7 +447,9 @@ class Engine:
         #: How many versions of each table were copied into the database so far.
         self._copied: Counter[str] = Counter()
         self._slow_lane = ThreadPoolExecutor(1, "query-slow-lane", _lower_priority)
+        #: The query running in the slow lane, and how many ran there so far.
         self._slow_run: _SlowRun | None = None
+        self._slow_runs = 0
 
     def _refresh(self, needed: set[str] | None = None, fold: bool = True) -> _State:
         """What is registered now (called with ``_refreshing`` held): :meth:`_bring_up_to_date`, its
@@ -827,7 +832,7 @@ class Engine:
     def watch(self) -> None:
         """From now on, bring the tables queries read in the last :data:`WATCHED_SECONDS` up to date as
         soon as one commits a version, on a thread of the engine's: each local table's Delta log folder
-        is watched (watchfiles: the system's file events). A micro-batch's fold is then made before a
+        is watched (inotify, the system's file events). A micro-batch's fold is then made before a
         query asks for it, where the first query to find the new version would wait for it; queries
         that arrive meanwhile run on the state before (:meth:`_follows`). Only a long-lived engine
         needs it: the HTTP API's."""
@@ -846,36 +851,33 @@ class Engine:
         return logs
 
     def _watch(self) -> None:
-        """Refresh the watched tables at each change of their logs until the engine closes; the set
-        watched is looked at again every second, and a new set is refreshed once watched (a version
-        committed before is seen then). A refresh that fails (a table that does not fit in memory, a
-        log being rewritten) is left to the query that reads the table next, which says why."""
-        while not self._closed.is_set():
-            logs = self._watched()
-            if not logs:
-                self._closed.wait(1.0)
-                continue
-            try:
-                for seen, changes in enumerate(
-                    watchfiles.watch(
-                        *logs,
-                        watch_filter=None,
-                        debounce=50,
-                        step=1,
-                        stop_event=self._closed,
-                        rust_timeout=1000,
-                        yield_on_timeout=True,
-                        recursive=False,
-                    )
-                ):
-                    if changes or not seen:
-                        with self._refreshing, contextlib.suppress(Exception):
-                            if not self._closed.is_set():
-                                self._refresh(set(logs.values()))
-                    if self._watched() != logs:
-                        break
-            except (OSError, RuntimeError):  # a folder gone, the system's watches all taken: look again
-                self._closed.wait(1.0)
+        """Refresh the watched tables as soon as a version is committed to one of their logs (a commit's
+        file appears there: :data:`COMMIT`), until the engine closes. The thread sleeps in the system's
+        read of the file events (inotify) and wakes every second to look at the set watched again; a
+        table newly watched is refreshed at once (a version committed before is seen then). A refresh
+        that fails (a table that does not fit in memory, a log being rewritten) is left to the query that
+        reads the table next, which says why."""
+        with INotify() as events:
+            watched: dict[int, str] = {}  # each log folder watched, by its watch
+            while not self._closed.is_set():
+                logs = self._watched()
+                for handle in [handle for handle, log in watched.items() if log not in logs]:
+                    with contextlib.suppress(OSError):  # the folder is gone, and its watch with it
+                        events.rm_watch(handle)
+                    del watched[handle]
+                added = False
+                for log in logs.keys() - set(watched.values()):
+                    with contextlib.suppress(OSError):  # gone meanwhile, or the system's watches all taken
+                        watched[events.add_watch(log, flags.CREATE | flags.MOVED_TO)] = log
+                        added = True
+                read = [] if added else events.read(timeout=1000)
+                for event in read:
+                    if event.mask & flags.IGNORED:  # the folder went
+                        watched.pop(event.wd, None)
+                if added or any(COMMIT.fullmatch(event.name) for event in read):
+                    with self._refreshing, contextlib.suppress(Exception):
+                        if not self._closed.is_set():
+                            self._refresh(set(logs.values()))
 
     def _give_back(self, cursor: _Cursor) -> None:
         cursor.abandoned = None
@@ -903,7 +905,7 @@ class Engine:
                 raise sandbox.TimeLimit(limit)
             run = _SlowRun(con)
             with self._lock:
-                self._slow_run = run
+                self._slow_run, self._slow_runs = run, self._slow_runs + 1
             try:
                 return sandbox.run(con, sql, left, rows, params)
             except sandbox.QueryError as exc:
@@ -928,25 +930,28 @@ class Engine:
     def _fast_lane(
         self, con: duckdb.DuckDBPyConnection, sql: str, timeout: float, rows: int, params: dict | None
     ) -> tuple[list[str], list[tuple]]:
-        """Run ``sql`` for at most ``timeout`` seconds; refused for memory while the slow lane's query
-        holds it, it runs again once that query gave way (:meth:`_make_way`)."""
+        """Run ``sql`` for at most ``timeout`` seconds; refused for memory while a query of the slow lane
+        ran, it runs again once that query stopped (:meth:`_make_way`)."""
         began = time.monotonic()
+        with self._lock:
+            lane = (self._slow_run, self._slow_runs)
         try:
             return sandbox.run(con, sql, timeout, rows, params)
         except sandbox.OutOfMemory:
-            if not self._make_way():
+            if not self._make_way(lane):
                 raise
         return sandbox.run(con, sql, max(0.0, timeout - (time.monotonic() - began)), rows, params)
 
-    def _make_way(self) -> bool:
+    def _make_way(self, lane: tuple[_SlowRun | None, int]) -> bool:
         """Stop the query running in the slow lane, if one is, so that the memory it holds is free for the
-        fast lane's; whether one stopped within :data:`STOPPING_SECONDS`. It is interrupted again every
-        ``sandbox.AGAIN_SECONDS`` (an interrupt that comes before it began is lost), and only while it runs:
-        an interrupt would stop what runs next on its connection."""
+        fast lane's; whether a query of the slow lane ran since ``lane`` (its run and count of runs then)
+        and none runs now. A query is interrupted again every ``sandbox.AGAIN_SECONDS`` (an interrupt that
+        comes before it began is lost) for at most :data:`STOPPING_SECONDS`, and only while it runs: an
+        interrupt would stop what runs next on its connection."""
         with self._lock:
             run = self._slow_run
             if run is None:
-                return False
+                return lane != (None, self._slow_runs)
             run.gave_way = True
         until = time.monotonic() + STOPPING_SECONDS
         while True:
