@@ -272,14 +272,7 @@ def _launch(settings: Deployment, names: list[str], since: datetime, deadline: f
     """Start the services ``names`` that do not run and wait until each is healthy."""
     for name in names:
         if not _running(settings, name):
-            processes.start(
-                settings,
-                name,
-                _COMMANDS[name],
-                env=env(settings),
-                cwd=airflow_home(settings),
-                niceness=settings.background_niceness,
-            )
+            processes.start(settings, name, _COMMANDS[name], env=env(settings), cwd=airflow_home(settings))
     for name in reversed(names):
         processes.wait_until(
             partial(_healthy, settings, name, since),

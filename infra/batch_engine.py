@@ -82,7 +82,6 @@ def start(settings: Deployment, timeout: float = 120) -> None:
             command(settings),
             env={"SPARK_HOME": str(spark_home()), **processes.FEW_ARENAS},
             cwd=settings.home,
-            niceness=settings.background_niceness,
         )
     processes.wait_until(
         lambda: healthy(settings),

@@ -74,10 +74,6 @@ class Deployment:
     #: First day the nightly batch DAG covers (ISO date); written by ``lambdalake up`` if unset.
     batch_start_date: str | None = None
     spark_driver_memory: str = "2g"
-    #: CPU priority (niceness, 0-19) of the services whose work can wait, the batch engine and Airflow,
-    #: against the HTTP API's queries and the speed layer (0), on cores they share: set on each one's
-    #: session (Linux's autogroup; infra.processes.lower_priority).
-    background_niceness: int = 10
     #: Where the Delta tables live: a folder, or any filesystem URI Spark's Hadoop and delta-rs both
     #: read (``file:///...``, ``s3a://bucket/prefix``, ``abfss://container@account.dfs.core.windows.net/x``;
     #: infra.storage). None: the home's ``data`` folder.

@@ -137,11 +137,9 @@ def start(
     argv: Sequence[str],
     env: dict | None = None,
     cwd: Path | None = None,
-    niceness: int = 0,
     **popen: Any,
 ) -> int:
-    """Start ``argv`` in its own process group, logging to ``logs/<name>.log``, at ``niceness``
-    (:func:`lower_priority`); return its pid.
+    """Start ``argv`` in its own process group, logging to ``logs/<name>.log``; return its pid.
     ``popen``: more arguments of :class:`subprocess.Popen` (``user``, ``group``: another user's process).
     The log, and every file the process creates, is its owner's alone (umask 077): a log may show a
     secret, and the tables and checkpoints are the deployment's data."""
@@ -158,29 +156,9 @@ def start(
             start_new_session=True,
             **{"umask": 0o077, **popen},
         )
-    if niceness:
-        lower_priority(proc.pid, niceness)
     created = psutil.Process(proc.pid).create_time()
     pid_file(settings, name).write_text(f"{proc.pid} {created}\n")
     return proc.pid
-
-
-def lower_priority(pid: int, niceness: int) -> None:
-    """Give the autogroup of process ``pid``, just started in a session of its own, ``niceness``: Linux
-    shares the CPU among the autogroups (a session each) first, and a process's own niceness weighs only
-    within its group. The processes' own are left as they are, so that what the service starts in
-    sessions of their own (Airflow's tasks, and the speed layer when the watchdog restarts it) is not
-    lowered with it. A kernel without autogroups has no such file: nothing is lowered there. (Linux takes
-    such a change from a user without CAP_SYS_ADMIN once per 0.1 s, and says EAGAIN meanwhile.)"""
-    with contextlib.suppress(FileNotFoundError):
-        for attempt in tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(BlockingIOError),
-            wait=tenacity.wait_fixed(0.1),
-            stop=tenacity.stop_after_attempt(20),
-            reraise=True,
-        ):
-            with attempt:
-                Path(f"/proc/{pid}/autogroup").write_text(str(niceness))
 
 
 def poll(attempt: Callable[[], T | None], timeout: float, every: float, timed_out: Callable[[], Exception]) -> T:

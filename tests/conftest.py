@@ -155,9 +155,6 @@ def deployment(tmp_path_factory) -> Deployment:
                 # an engine's warm-up (33-39 s a start, of which the session makes three) is tested where the
                 # watchdog restarts one (tests/integration/test_batch_engine.py)
                 "batch_engine_warm_up": False,
-                # the two workers share the two cores: the engine lane's Airflow and batch engine would
-                # wait for the other worker's Spark (the niceness is tested in tests/unit/test_processes.py)
-                "background_niceness": 0,
                 "view_modules": list(EXTRA_VIEWS),
                 "spark_conf": S3.spark_conf(),
             }

@@ -3,7 +3,6 @@ and its files are its owner's alone."""
 
 import os
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
@@ -50,16 +49,3 @@ def test_a_service_s_log_and_files_are_its_owner_s_alone_whatever_the_umask(tmp_
         os.umask(old)
     modes = [path.stat().st_mode & 0o777 for path in (settings.logs, processes.log_file(settings, "writer"), made)]
     assert modes == [0o700, 0o600, 0o600]
-
-
-@pytest.mark.processes
-def test_a_service_started_with_a_niceness_has_its_session_run_at_it(tmp_path):
-    """Linux shares the CPU among sessions (autogroups) first: a service's niceness is its session's; its
-    own process keeps its priority, so that what it starts in sessions of its own is not lowered too."""
-    settings = load(tmp_path)
-    pid = processes.start(settings, "sleeper", ["sleep", "30"], niceness=7)
-    try:
-        assert psutil.Process(pid).nice() == 0
-        assert Path(f"/proc/{pid}/autogroup").read_text().split()[-1] == "7"
-    finally:
-        processes.stop(settings, "sleeper")
