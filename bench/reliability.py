@@ -629,11 +629,11 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
     run = live.load(settings, rate, live.WARM_UP + windows * SOAK_WINDOW, seed=50, users=live.USERS)
     stop, found = threading.Event(), []
     checks: list[tuple[float, float | None]] = []  # (end, seconds since the epoch; engine MB or None)
-    monitor = _monitor(settings, stop, checks)
     with _clients_apart(settings.serve_url + "query") as points:
         try:
             run.begin()
             client.unpause_all()  # the nightly run of yesterday starts now (the deployment's start date)
+            monitor = _monitor(settings, stop, checks)
             time.sleep(live.WARM_UP)
             began = time.time()
             for k in range(windows):
