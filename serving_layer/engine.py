@@ -362,7 +362,7 @@ class _Part:
     deleted: int = 0
 
 
-@dataclass
+@dataclass(eq=False)
 class _SlowRun:
     """The query running in the slow lane: its connection, whether it was told to give way to the fast
     lane's queries (:meth:`Engine._make_way`), and whether it stopped."""
