@@ -42,27 +42,30 @@ settings.
   the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
   current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
-  outside the sandbox through `POST /query`, while others send point queries back to back: each bad
-  query must be stopped or refused with a one-line error, the server must stay up, and the point
-  queries' p99 is reported against 50 ms and against the same clients' alone (the baseline, run just
-  before the bad clients start).
+  outside the sandbox through `POST /query`, while 8 others (in a process of their own) send point
+  queries back to back: each bad query must be stopped or refused with a one-line error, the server
+  must stay up, and the point queries' p99 is reported against 50 ms and against the same clients'
+  alone (the baseline, run just before the bad clients start).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from queue import Empty
 
 import psutil
 import requests
@@ -535,22 +538,33 @@ def _resident_mb(pid: int | None) -> int:
     return round(sum(p.memory_info().rss for p in (process, *process.children(recursive=True))) / 2**20)
 
 
-def _point_clients(url: str, stop: threading.Event, found: list) -> None:
-    """:data:`POINT_CLIENTS` threads each sending a point query of one page's last minute to ``url`` every
-    :data:`SOAK_QUERY_EVERY` seconds until ``stop``; each appends (its end, seconds since the epoch;
-    milliseconds; ok) to ``found``. The soak runs them in a process of their own (:func:`_clients_apart`)."""
+def _point_clients(
+    url: str,
+    stop: multiprocessing.synchronize.Event,
+    found: multiprocessing.Queue,
+    every: float,
+    keys: list[tuple[str, datetime]] | None,
+) -> None:
+    """:data:`POINT_CLIENTS` threads each sending point queries of page_views_per_minute to ``url`` until
+    ``stop``, one every ``every`` seconds (0: back to back): of a (page, minute) drawn from ``keys``, or of
+    a page's last minute if None. Each query's (its end, seconds since the epoch; milliseconds; outcome,
+    :func:`_outcome`) is put on ``found``. Run in a process of their own (:func:`_clients_apart`)."""
 
     def client(seed: int) -> None:
         rng, session = random.Random(seed), requests.Session()
-        while not stop.wait(SOAK_QUERY_EVERY):
-            minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+        while not stop.wait(every):
+            if keys is None:
+                page = rng.choice(generator.PAGES)
+                minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+            else:
+                page, minute = rng.choice(keys)
             sql = (
-                f"SELECT views FROM page_views_per_minute WHERE page = '{rng.choice(generator.PAGES)}' "
+                f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
                 f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'"
             )
             began = time.perf_counter()
-            ok = _outcome(session, url, sql) == ANSWERED
-            found.append((time.time(), (time.perf_counter() - began) * 1000, ok))
+            outcome = _outcome(session, url, sql)
+            found.put((time.time(), (time.perf_counter() - began) * 1000, outcome))
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(POINT_CLIENTS)]
     for thread in threads:
@@ -560,20 +574,35 @@ def _point_clients(url: str, stop: threading.Event, found: list) -> None:
 
 
 @contextmanager
-def _clients_apart(url: str) -> Iterator[Sequence]:
-    """:func:`_point_clients` of ``url`` in a process of their own until the block ends; what they found,
-    as it comes. In the harness's process they would wait for its Python lock behind its freshness
-    pollers, which run the query engine there: a probe's p99 31-36 ms apart, 40 ms beside a fold."""
+def _clients_apart(
+    url: str, every: float, keys: list[tuple[str, datetime]] | None = None
+) -> Iterator[Callable[[], list[tuple[float, float, str]]]]:
+    """:func:`_point_clients` of ``url`` in a process of their own until the block ends; a function giving
+    what they found so far. In the harness's process they would wait for its Python lock behind what
+    else it runs (the freshness pollers' query engine, the bad clients): a probe's p99 31-36 ms apart,
+    40 ms beside a fold."""
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as shared:
-        stop, found = shared.Event(), shared.list()
-        process = context.Process(target=_point_clients, args=(url, stop, found), daemon=True)
-        process.start()
-        try:
-            yield found
-        finally:
-            stop.set()
-            process.join()
+    stop, queue = context.Event(), context.Queue()
+    found: list[tuple[float, float, str]] = []
+
+    def taken() -> list[tuple[float, float, str]]:
+        with contextlib.suppress(Empty):
+            while True:
+                found.append(queue.get_nowait())
+        return found
+
+    process = context.Process(target=_point_clients, args=(url, stop, queue, every, keys), daemon=True)
+    process.start()
+    try:
+        yield taken
+    finally:
+        stop.set()
+        while process.is_alive():  # it ends once what it put is taken
+            taken()
+            process.join(0.1)
+        taken()
+    if process.exitcode:
+        raise RuntimeError(f"the point clients' process failed (exit code {process.exitcode})")
 
 
 def _monitor(settings: Deployment, stop: threading.Event, found: list) -> threading.Thread:
@@ -629,7 +658,7 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
     run = live.load(settings, rate, live.WARM_UP + windows * SOAK_WINDOW, seed=50, users=live.USERS)
     stop, found = threading.Event(), []
     checks: list[tuple[float, float | None]] = []  # (end, seconds since the epoch; engine MB or None)
-    with _clients_apart(settings.serve_url + "query") as points:
+    with _clients_apart(settings.serve_url + "query", SOAK_QUERY_EVERY) as points:
         try:
             run.begin()
             client.unpause_all()  # the nightly run of yesterday starts now (the deployment's start date)
@@ -644,7 +673,7 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
                     settings, range(k * per_window, (k + 1) * per_window), live.RELATIONS, end - live.MARKER_TIMEOUT
                 )
                 time.sleep(max(0.0, end - time.time()))
-                window = [(ms, ok) for at, ms, ok in points[:] if end - SOAK_WINDOW <= at < end]
+                window = [(ms, outcome == ANSWERED) for at, ms, outcome in points() if end - SOAK_WINDOW <= at < end]
                 health = [held for at, held in checks if end - SOAK_WINDOW <= at < end]
                 found.append(
                     SoakWindow(
@@ -821,32 +850,14 @@ def hostile_queries(settings: Deployment, say: Say) -> Queries:
     _, keys = engine.query(settings, "SELECT page, window_start FROM page_views_per_minute LIMIT 1000")
     result, lock = Queries(), threading.Lock()
 
-    def points(seconds: float, found: list[float]) -> list[threading.Thread]:
-        stop = time.monotonic() + seconds
+    def answered(found: list[tuple[float, float, str]]) -> list[float]:
+        """The seconds each point query took; those not answered counted in ``result``."""
+        result.point_errors.update(outcome for _, _, outcome in found if outcome != ANSWERED)
+        return [ms / 1000 for _, ms, _ in found]
 
-        def point(client: int) -> None:
-            rng, session = random.Random(client), requests.Session()
-            while time.monotonic() < stop:
-                page, minute = rng.choice(keys)
-                began = time.perf_counter()
-                outcome = _outcome(
-                    session,
-                    url,
-                    f"SELECT views FROM page_views_per_minute WHERE page = '{page}' "
-                    f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'",
-                )
-                with lock:
-                    found.append(time.perf_counter() - began)
-                    if outcome != ANSWERED:
-                        result.point_errors[outcome] += 1
-
-        return [threading.Thread(target=point, args=(i,)) for i in range(POINT_CLIENTS)]
-
-    alone = points(QUERY_SECONDS / 3, result.alone)
-    for thread in alone:
-        thread.start()
-    for thread in alone:
-        thread.join()
+    with _clients_apart(url, 0, keys) as points:
+        time.sleep(QUERY_SECONDS / 3)
+    result.alone = answered(points())
     stop = time.monotonic() + QUERY_SECONDS
 
     def bad(client: int) -> None:
@@ -862,12 +873,13 @@ def hostile_queries(settings: Deployment, say: Say) -> Queries:
                 result.bad[name] = (sent + 1, outcomes)
 
     threads = [threading.Thread(target=bad, args=(i,)) for i in range(BAD_CLIENTS)]
-    threads += points(QUERY_SECONDS, result.points)
-    for thread in threads:
-        thread.start()
-    while any(t.is_alive() for t in threads):
-        result.server_up &= services.serving_healthy(settings)
-        time.sleep(2)
+    with _clients_apart(url, 0, keys) as points:
+        for thread in threads:
+            thread.start()
+        while any(t.is_alive() for t in threads):
+            result.server_up &= services.serving_healthy(settings)
+            time.sleep(2)
+    result.points = answered(points())
     say(
         f"  {sum(s for s, _ in result.bad.values()):,} bad queries, {len(result.points):,} point queries beside "
         f"them, {len(result.alone):,} alone before"
