@@ -28,6 +28,11 @@ def sent(columns: list[str], rows: list[tuple]) -> Rows:
     return Rows(columns=columns, rows=_ROWS.dump_python([list(row) for row in rows], mode="json"))
 
 
+def encoded(columns: list[str], rows: list[tuple]) -> bytes:
+    """:func:`sent`'s answer as the API's JSON, encoded in one step."""
+    return Rows.model_construct(columns=columns, rows=[list(row) for row in rows]).model_dump_json().encode()
+
+
 def query(settings: Deployment, sql: str) -> Rows | None:
     """``sql`` answered by this deployment's running API, or None if it is not running or does not
     answer; a query it refuses raises ``QueryError`` with the API's one line."""
