@@ -77,6 +77,8 @@ BASELINE, BATCH, UNCHECKED = (
     "batch layer (recompute_day)",
     "batch layer without quality checks and corrections",
 )
+#: The batch layer's target: at most this many times the plain Spark SQL job's time, at each size.
+BATCH_RATIO = 1.2
 SIZES = (1, 2, 4)  # the growth's days, in multiples of the ratio's day
 WEEK = 7  # days held for the late event
 SPEED = timedelta(hours=1)  # the end of each day that goes through the speed layer's fold

@@ -50,6 +50,12 @@ from serving_layer import engine
 from views import tables
 
 PER_PRODUCER = 2_500
+#: The rate of the freshness load that the speed layer's freshness targets name.
+FRESH_RATE = 1_000
+#: Steady rates tried, as shares of the median drain rate with every view: in this order, up to the first
+#: that is not kept up with (from a quarter, 5,900 events/s, kept up with on 2 cores where a half was not;
+#: the steps above a half tell how close a run comes to the target of 0.8).
+STEADY_SHARES = (0.25, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25)
 #: A load producer's linger (ms) and the seconds between its sends: batched as a producer of thousands of
 #: records/s is. At 5 ms and 0.01 s the broker took 0.50 core and the producers 0.22 at 11,400 events/s,
 #: CPU the speed layer shares on 2 cores; at 100 ms and 0.05 s, 0.25 and 0.08.

@@ -31,6 +31,8 @@ from infra import processes, services
 from infra.deployment import Deployment
 
 TIMEOUT = 1800  # seconds one drain may take
+#: The jobs each drain runs: the baseline, landing alone, landing and every speed view.
+JOBS = ("bare Structured Streaming (baseline)", "speed layer, landing only", "speed layer, landing + all six views")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -99,6 +99,27 @@ def sample(
                 original = rng.choice(sent_valid)
                 resent = max(when, original.send_at) + timedelta(seconds=1)
                 records.append(Record(resent, original.key, original.value, "duplicate"))
+    return sorted(records, key=lambda r: r.send_at)
+
+
+def changelog(
+    keys: Sequence[str],
+    change: Callable[[str, datetime, random.Random], Record],
+    start: datetime,
+    end: datetime,
+    changes: int,
+    seed: int,
+) -> list[Record]:
+    """A dimension's changelog, in send order: ``change`` of every key at ``start``, then ``changes``
+    more changes and deletions (tombstones; a deleted key may come back) spread over ``[start, end)``."""
+    rng = random.Random(seed)
+    records = [change(key, start, rng) for key in keys]
+    span = (end - start).total_seconds()
+    for _ in range(changes):
+        when = (start + timedelta(seconds=rng.uniform(0, span))).replace(microsecond=0)
+        key = rng.choice(keys)
+        deleted = rng.random() < 0.15
+        records.append(Record(when, key.encode(), None, "deletion") if deleted else change(key, when, rng))
     return sorted(records, key=lambda r: r.send_at)
 
 

@@ -12,7 +12,7 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
-from domains.sample import MIX, Mix, sample, stamp
+from domains.sample import MIX, Mix, changelog, sample, stamp
 from infra.producer import Record
 
 ADS = tuple(f"ad{i}" for i in range(60))
@@ -89,19 +89,9 @@ def _listing(ad: str, when: datetime, rng: random.Random) -> Record:
 
 
 def campaigns(start: datetime, end: datetime, changes: int = 30, seed: int = 7) -> list[Record]:
-    """The campaigns changelog, in send order: every ad but the last ``UNLISTED`` in a campaign at
-    ``start``, then ``changes`` moves to another campaign and deletions (tombstones; a deleted ad may be
-    listed again) spread over ``[start, end)``."""
-    rng = random.Random(seed)
-    listed = ADS[:-UNLISTED]
-    records = [_listing(ad, start, rng) for ad in listed]
-    span = (end - start).total_seconds()
-    for _ in range(changes):
-        when = (start + timedelta(seconds=rng.uniform(0, span))).replace(microsecond=0)
-        ad = rng.choice(listed)
-        deleted = rng.random() < 0.15
-        records.append(Record(when, ad.encode(), None, "deletion") if deleted else _listing(ad, when, rng))
-    return sorted(records, key=lambda r: r.send_at)
+    """The campaigns changelog (domains.sample.changelog): every ad but the last ``UNLISTED`` in a
+    campaign at ``start``, then ``changes`` moves to another campaign and deletions."""
+    return changelog(ADS[:-UNLISTED], _listing, start, end, changes, seed)
 
 
 def changelogs(start: datetime, end: datetime, seed: int = 7) -> dict[str, list[Record]]:

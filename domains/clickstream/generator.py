@@ -11,7 +11,7 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
-from domains.sample import MIX, Mix, sample, stamp
+from domains.sample import MIX, Mix, changelog, sample, stamp
 from infra.producer import Record
 
 PAGES = ("/", "/search", "/cart", "/checkout", "/deals", "/help", *(f"/product/p{i}" for i in range(12)))
@@ -104,19 +104,9 @@ def _product(product: str, when: datetime, rng: random.Random) -> Record:
 
 
 def products(start: datetime, end: datetime, changes: int = 40, seed: int = 7) -> list[Record]:
-    """The products changelog, in send order: every product but the last ``UNLISTED`` created at
-    ``start``, then ``changes`` price and category changes and deletions (tombstones; a deleted product
-    may come back) spread over ``[start, end)``."""
-    rng = random.Random(seed)
-    listed = PRODUCTS[:-UNLISTED]
-    records = [_product(p, start, rng) for p in listed]
-    span = (end - start).total_seconds()
-    for _ in range(changes):
-        when = (start + timedelta(seconds=rng.uniform(0, span))).replace(microsecond=0)
-        product = rng.choice(listed)
-        deleted = rng.random() < 0.15
-        records.append(Record(when, product.encode(), None, "deletion") if deleted else _product(product, when, rng))
-    return sorted(records, key=lambda r: r.send_at)
+    """The products changelog (domains.sample.changelog): every product but the last ``UNLISTED``
+    created at ``start``, then ``changes`` price and category changes and deletions."""
+    return changelog(PRODUCTS[:-UNLISTED], _product, start, end, changes, seed)
 
 
 def changelogs(start: datetime, end: datetime, seed: int = 7) -> dict[str, list[Record]]:

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from bench.__main__ import _highest
 from bench.live import Load, Steady, kept_up
+from bench.report import _highest
 
 
 def tried(rate, kept):

@@ -53,6 +53,15 @@ def test_every_dag_imports(dagbag):
     assert all(dag.doc_md for dag in dagbag.dags.values())
 
 
+def _last_line(probe: str, home) -> str:
+    """The last line ``probe`` prints, run by a new Python for a deployment at ``home`` (the unit tests'
+    throwaway Airflow home)."""
+    env = {"LAMBDALAKE_HOME": str(home), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    env["AIRFLOW_HOME"] = os.environ["AIRFLOW_HOME"]
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    return result.stdout.strip().splitlines()[-1]
+
+
 def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
     """The dag-processor parses every DAG file often: none may start importing Spark, Delta or GX."""
     probe = (
@@ -61,19 +70,7 @@ def test_dag_files_import_no_spark_or_great_expectations(tmp_path):
         "    runpy.run_path(str(path))\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'delta', 'great_expectations'}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={
-            "LAMBDALAKE_HOME": str(tmp_path),
-            "PYTHONPATH": str(REPO),
-            "PATH": "/usr/bin:/bin",
-            "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"],
-        },
-    )  # the unit tests' throwaway home
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert _last_line(probe, tmp_path) == "[]"
 
 
 def test_after_the_dag_processors_preload_a_parse_imports_only_the_domain_and_the_dag_files(tmp_path):
@@ -89,19 +86,7 @@ def test_after_the_dag_processors_preload_a_parse_imports_only_the_domain_and_th
         "assert not bag.import_errors, bag.import_errors\n"
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={
-            "LAMBDALAKE_HOME": str(tmp_path),
-            "PYTHONPATH": str(REPO),
-            "PATH": "/usr/bin:/bin",
-            "AIRFLOW_HOME": os.environ["AIRFLOW_HOME"],
-        },
-    )
-    imported = result.stdout.strip().splitlines()[-1].split()  # after DagBag's log lines
+    imported = _last_line(probe, tmp_path).split()  # after DagBag's log lines
     dag_files = {name for name in imported if name.startswith("unusual_prefix_")}  # DagBag's: a hash, the stem
     assert sorted(name.split("_", 3)[-1] for name in dag_files) == sorted(p.stem for p in (REPO / "dags").glob("*.py"))
     # of Airflow, at most a module a DagBag imports itself (airflow.version)
