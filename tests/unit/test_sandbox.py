@@ -21,7 +21,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from infra.deployment import Deployment
 from lake import merge, versions
-from serving_layer import engine, sandbox
+from serving_layer import engine, sandbox, table_files
 from serving_layer.sandbox import QueryError
 from views import get
 from views import tables as catalog
@@ -365,7 +365,8 @@ def test_a_timestamp_partition_value_is_read_in_either_form_delta_writes():
     schema, hour = pa.schema([("window_hour", WINDOW)]), datetime(2026, 6, 1, tzinfo=UTC)
     expected = ds.field("window_hour") == pa.scalar(hour, WINDOW)
     for text in ("2026-06-01 00:00:00.000000", "2026-06-01T00:00:00.000000Z", "2026-06-01T02:00:00+02:00"):
-        assert engine._guarantee({"partitionValues": {"window_hour": text}}, schema).equals(ds.scalar(True) & expected)
+        found = table_files.guarantee({"partitionValues": {"window_hour": text}}, schema)
+        assert found.equals(ds.scalar(True) & expected)
 
 
 def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
@@ -391,7 +392,7 @@ def test_appended_files_read_from_the_log_alone_keep_their_partitions(tmp_path):
         )
 
     append(0)
-    table = engine._Table(path)
+    table = table_files.TableFiles(path)
     assert table.changed() and table.appended is None
     append(1)
     assert table.changed() and sorted(table.read_anew(table.appended).to_table()["n"].to_pylist()) == [1, 11]
