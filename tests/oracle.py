@@ -172,14 +172,14 @@ def _trending(valid: list[dict]) -> dict:
     return {key: tuple(total) for key, total in totals.items()}
 
 
-def _carts(valid: list[dict]) -> dict:
-    carts: defaultdict[tuple, int] = defaultdict(int)
+def _purchases(valid: list[dict]) -> dict:
+    quantities: defaultdict[tuple, list[int]] = defaultdict(list)
     users: defaultdict[tuple, set[str]] = defaultdict(set)
-    for event in of_type(valid, "add_to_cart"):
+    for event in of_type(valid, "purchase"):
         key = (floor(event["time"], HOUR), event["product_id"])
-        carts[key] += 1
+        quantities[key].append(event["quantity"])
         users[key].add(event["user_id"])
-    return {key: (carts[key], len(users[key])) for key in carts}
+    return {key: (len(q), len(users[key]), min(q), max(q)) for key, q in quantities.items()}
 
 
 def views(records: list[Record], category: Callable[[dict], str] = NO_CATEGORY) -> dict[str, dict[tuple, tuple]]:
@@ -193,5 +193,5 @@ def views(records: list[Record], category: Callable[[dict], str] = NO_CATEGORY) 
         "search_ctr_hourly": _search_ctr(valid),
         "sessions_hourly": _sessions(valid),
         "trending_products": _trending(valid),
-        "carts_per_product_hourly": _carts(valid),
+        "purchases_per_product_hourly": _purchases(valid),
     }

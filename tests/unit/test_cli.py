@@ -128,8 +128,8 @@ def test_views_lists_every_declared_view(tmp_path):
 def test_a_view_declared_outside_the_package_is_listed(tmp_path):
     (tmp_path / "settings.json").write_text('{"view_modules": ["tests.extra_view"]}')
     listing = {v["name"]: v for v in json.loads(run(tmp_path, "views", "--json").stdout)}
-    assert listing["carts_per_product_hourly"]["measures"] == ["carts", "shoppers"]
-    assert "carts_per_product_hourly" in run(tmp_path, "views").stdout
+    assert listing["purchases_per_product_hourly"]["measures"] == ["purchases", "buyers", "fewest_items", "most_items"]
+    assert "purchases_per_product_hourly" in run(tmp_path, "views").stdout
 
 
 def test_a_view_module_without_a_view_is_reported(tmp_path):
