@@ -55,12 +55,6 @@ def folders(root: str) -> list[str]:
     )
 
 
-def data_files(location: str) -> int:
-    """How many Parquet files the table at ``location`` holds, whichever versions read them."""
-    fs, path = _fs(location)
-    return sum(1 for found in fs.find(path) if found.endswith(".parquet") and f"/{LOG}/" not in found)
-
-
 def delete(location: str) -> None:
     """Delete the folder at ``location`` and everything in it, if it is there."""
     fs, path = _fs(location)
