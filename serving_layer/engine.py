@@ -14,7 +14,8 @@ the dimensions) is copied once into DuckDB's own storage, where a point query ta
 master dataset, dead letters and speed partials, which grow with every micro-batch, are scanned in
 place. A local table's new version is read from its new commits in the Delta log alone
 (serving_layer.table_files; delta-rs builds a dataset of 10,000 files in 5 s): a copy takes the files a
-version only added, and a version that only rearranged rows (``dataChange`` false: the speed layer's packing, OPTIMIZE) copies nothing.
+version only added, and a version that only rearranged rows (``dataChange`` false: the speed layer's
+packing, OPTIMIZE) copies nothing.
 Each view's two parts (lake.merge.merged_parts: batch rows of its final days, speed rows of the
 others) are kept as tables too, and the view is their union: DuckDB binds and plans that in a third of
 the time it takes for the merge's SQL, which was most of a point query's. The speed part keeps each
