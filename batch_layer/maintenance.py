@@ -32,7 +32,7 @@ from pyspark.sql import Row, SparkSession
 from infra import delta, storage
 from infra.airflow import parsing_logs, task_logs
 from infra.deployment import Deployment
-from views.tables import opened
+from views.tables import opened, retried
 
 #: A file below this size is small: OPTIMIZE packs such files together. Spark reads a table in splits of
 #: up to 128 MB (``spark.sql.files.maxPartitionBytes``), so a file that large already fills a read task,
@@ -75,7 +75,7 @@ def optimize(spark: SparkSession, settings: Deployment) -> dict[str, int]:
         if log is None or not _has_small_files(log):
             continue
         # one row: the table's path and metrics; made again if the speed layer packed the table meanwhile
-        [report] = delta.retried(partial(_optimize, spark, table))
+        [report] = retried(partial(_optimize, spark, table))
         removed = report["metrics"]["numFilesRemoved"]
         if removed:
             done[_name(settings, table)] = removed

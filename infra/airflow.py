@@ -28,7 +28,7 @@ from typing import Any
 import requests
 import tenacity
 
-from infra import credentials, postgres, processes
+from infra import credentials, postgres, private_files, processes
 from infra.deployment import REPO, Deployment
 
 SCHEDULER = "airflow-scheduler"
@@ -92,7 +92,7 @@ def _secrets(settings: Deployment) -> dict[str, str]:
     if not path.exists():
         from cryptography.fernet import Fernet
 
-        credentials.write_private(
+        private_files.write_private(
             path,
             json.dumps(
                 {
@@ -185,7 +185,7 @@ def _prepare(settings: Deployment) -> None:
     """Write the admin's login, start the metadata database if it is PostgreSQL, and migrate it (once per
     Airflow version and database)."""
     home = airflow_home(settings)
-    credentials.write_private(
+    private_files.write_private(
         home / "passwords.json", json.dumps({settings.airflow_user: credentials.airflow_password(settings)})
     )
     if settings.airflow_database == "postgresql":

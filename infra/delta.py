@@ -3,42 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TypeVar, cast
 
 import deltalake
 import pyarrow as pa
-import tenacity
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from infra.deployment import Deployment
-from views.tables import exists, opened
+from views.tables import exists, opened, retried
 
 R = TypeVar("R")
-
-
-#: Spark's Delta errors of a lost race (two first writes to a new table race on its protocol and metadata).
-_RACES = ("DELTA_CONCURRENT", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
-
-
-def _conflicted(error: BaseException) -> bool:
-    """Whether ``error`` is a lost race between two commits (Spark's Delta: :data:`_RACES`; delta-rs:
-    CommitFailedError), which a new attempt on the newer version wins."""
-    return isinstance(error, deltalake.exceptions.CommitFailedError) or any(race in str(error) for race in _RACES)
-
-
-def retried(commit: Callable[[], R]) -> R:
-    """Run ``commit`` (an idempotent write: a ``replaceWhere`` of some days, an upsert) again while it
-    loses a race with a concurrent commit to the same table; a backfill's runs in flight write the same
-    tables, each its own days, and Delta's optimistic concurrency lets one of two win."""
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_conflicted),
-        stop=tenacity.stop_after_attempt(8),
-        wait=tenacity.wait_random(0.1, 1.0),
-        reraise=True,
-    )(commit)
 
 
 #: Delta's interval units, largest first (a table property reads ``interval 7 days``).

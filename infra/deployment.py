@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from infra.private_files import write_private
 from views import DEFAULT_DOMAIN, all_views, domain
 from views.model import View
 from views.source import Changelog, Source
@@ -243,8 +244,6 @@ class Deployment:
     def save(self, **changes: Any) -> Deployment:
         """Persist ``changes`` into the home's settings.json (which may hold secrets: readable by its
         owner only) and return the updated settings."""
-        from infra.credentials import write_private
-
         path = self.home / "settings.json"
         stored = json.loads(path.read_text()) if path.exists() else {}
         stored.update(changes)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import requests
 import s3fs
 
-from infra import credentials, processes
+from infra import private_files, processes
 from infra.deployment import JAR_CACHE, Deployment
 
 NAME = "s3proxy"
@@ -72,7 +72,7 @@ class LocalS3:
             processes.require_free(self.port, "S3Proxy")
             home = settings.home / NAME
             (home / "objects").mkdir(parents=True, exist_ok=True)
-            credentials.write_private(
+            private_files.write_private(
                 home / "s3proxy.properties",
                 "\n".join(
                     [

@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra import credentials, processes
+from infra import credentials, private_files, processes
 from infra.deployment import Deployment
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _initdb(settings: Deployment, owner: dict) -> None:
                 f"or choose a home it can reach"
             )
     secret = folder / "initdb-password"
-    credentials.write_private(secret, _password(settings))
+    private_files.write_private(secret, _password(settings))
     if owner:
         os.chown(secret, owner["user"], owner["group"])
     try:

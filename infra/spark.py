@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
-from infra import credentials
+from infra import private_files
 from infra.deployment import JAR_CACHE, Deployment
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def launch(settings: Deployment, conf: dict[str, str], name: str) -> tuple[dict[
     if not secret:
         return conf, []
     path = settings.run / f"{name}.properties"
-    credentials.write_private(path, "".join(f"{key}={_escaped(value)}\n" for key, value in secret.items()))
+    private_files.write_private(path, "".join(f"{key}={_escaped(value)}\n" for key, value in secret.items()))
     return {key: value for key, value in conf.items() if key not in secret}, ["--properties-file", str(path)]
 
 

@@ -26,7 +26,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from infra import delta
 from infra.deployment import Deployment
 from speed_layer import state
 from views import compile, tables, timebase
@@ -130,6 +129,6 @@ def compact(spark: SparkSession, settings: Deployment) -> dict[str, int]:
                 .save(path)
             )
 
-        delta.retried(fold)
+        tables.retried(fold)
         done[view.name] = len(hours)
     return done

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.table import FilterConjunctionType
 
-from infra import delta
 from views import tables
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ class Packer:
     def _pack(self, due: dict[tuple[str, str | None], _Written]) -> None:
         for (path, column), written in due.items():
             where = [(column, "in", sorted(written.values))] if column else None
-            metrics = delta.retried(partial(self._compact, path, where))
+            metrics = tables.retried(partial(self._compact, path, where))
             log.info("packed %d files of %s into %d", metrics["numFilesRemoved"], path, metrics["numFilesAdded"])
 
     def _compact(self, path: str, where: FilterConjunctionType | None) -> dict[str, Any]:

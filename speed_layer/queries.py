@@ -119,7 +119,7 @@ def start_dimension(spark: SparkSession, settings: Deployment, dimension: Change
         if not changes.isEmpty():
             appends.append(changes, changes_table.path(settings), batch_id)
             landed = changes_table.read(records.sparkSession, settings)
-            delta.retried(
+            tables.retried(
                 lambda: (
                     changelog.dimension(landed, dimension)
                     .write.format("delta")

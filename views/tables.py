@@ -8,13 +8,15 @@ versions of views' batch tables alike; ``infra.delta`` writes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import tenacity
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from views.source import Changelog
 
@@ -62,8 +64,6 @@ class Table:
         making the table if there is none; for a table whose :attr:`schema` the platform fixes."""
         if self.schema is None:
             raise ValueError(f"{self.name}: a declaration makes its columns; append to it with Spark")
-        from infra.delta import retried  # which reads tables with this module's functions
-
         named = [row if isinstance(row, dict) else dict(zip(self.schema.names, row, strict=True)) for row in rows]
         data = pa.Table.from_pylist(named, self.schema)
         # the first appends make the table: of two at once (a recompute's views), one loses and goes again
@@ -75,6 +75,29 @@ class Table:
         if self.checkpoint is None:
             raise ValueError(f"no stream appends to {self.name}")
         return self.checkpoint
+
+
+R = TypeVar("R")
+#: Spark's Delta errors of a lost race (two first writes to a new table race on its protocol and metadata).
+_RACES = ("DELTA_CONCURRENT", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
+
+
+def _conflicted(error: BaseException) -> bool:
+    """Whether ``error`` is a lost race between two commits (Spark's Delta: :data:`_RACES`; delta-rs:
+    CommitFailedError), which a new attempt on the newer version wins."""
+    return isinstance(error, CommitFailedError) or any(race in str(error) for race in _RACES)
+
+
+def retried(commit: Callable[[], R]) -> R:
+    """Run ``commit`` (an idempotent write: a ``replaceWhere`` of some days, an upsert) again while it
+    loses a race with a concurrent commit to the same table; a backfill's runs in flight write the same
+    tables, each its own days, and Delta's optimistic concurrency lets one of two win."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_conflicted),
+        stop=tenacity.stop_after_attempt(8),
+        wait=tenacity.wait_random(0.1, 1.0),
+        reraise=True,
+    )(commit)
 
 
 def exists(path: str) -> bool:

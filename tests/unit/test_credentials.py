@@ -3,7 +3,7 @@
 import json
 import os
 
-from infra import credentials
+from infra import credentials, private_files
 from infra.deployment import load
 
 
@@ -39,7 +39,7 @@ def test_files_that_may_hold_secrets_are_created_for_the_owner_only(tmp_path):
         (tmp_path / "settings.json").write_text('{"serve_token": "s3cret"}')
         assert (tmp_path / "settings.json").stat().st_mode & 0o777 == 0o666
         load(tmp_path).save(batch_start_date="2026-01-01")
-        credentials.write_private(tmp_path / "new" / "keys", "k")
+        private_files.write_private(tmp_path / "new" / "keys", "k")
     finally:
         os.umask(old)
     assert json.loads((tmp_path / "settings.json").read_text()) == {
