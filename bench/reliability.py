@@ -38,9 +38,9 @@ settings.
   the nightly run and a maintenance run along the way and 8 clients (in a process of their own) each
   sending a point query of the last minute through `POST /query` every 100 ms, and a monitor calling
   `GET /health` (the speed layer's report, dead letters, each view's days) every 30 s; freshness markers
-  are sent throughout. Per 5 minutes:
-  the speed layer's and the API's resident memory, raw_events' and speed_partials' files (in their
-  current version), the checkpoints' size on disk, freshness and point-query latency.
+  are sent throughout. Per 5 minutes: the speed layer's and the API's resident memory (and what the
+  speed views' state and the API's query engine hold of it), raw_events' and speed_partials' files (in
+  their current version), the checkpoints' size on disk, freshness and point-query latency.
 - **Hostile queries:** clients sending queries that would run for long, take much memory or reach
   outside the sandbox through `POST /query`, while 8 others (in a process of their own) send point
   queries back to back: each bad query must be stopped or refused with a one-line error, the server
@@ -206,6 +206,8 @@ class SoakWindow:
 
     minute: float
     speed_mb: int
+    #: Of the speed layer's memory, what its views' state takes in its database (its health report), MB.
+    state_mb: float
     serving_mb: int
     #: Of the HTTP API's memory, what its query engine holds (the tables' copies, the views' parts), MB.
     engine_mb: float
@@ -672,10 +674,12 @@ def _soaked(settings: Deployment, rate: float, minutes: int, say: Say) -> Soak:
                 time.sleep(max(0.0, end - time.time()))
                 window = [(ms, outcome == ANSWERED) for at, ms, outcome in points() if end - SOAK_WINDOW <= at < end]
                 health = [held for at, held in checks if end - SOAK_WINDOW <= at < end]
+                speed = services.speed_health(settings)
                 found.append(
                     SoakWindow(
                         (end - began) / 60,
                         _resident_mb(processes.running_pid(settings, services.SPEED)),
+                        speed.state["bytes"] / 2**20 if speed and speed.state else math.nan,
                         _resident_mb(processes.running_pid(settings, services.SERVING)),
                         next((held for held in reversed(health) if held is not None), math.nan),
                         _files(settings, "raw_events"),

@@ -452,7 +452,8 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
     first, last = soak.windows[0], soak.windows[-1]
     fresh = [[t for v in w.freshness.values() for t in v] for w in soak.windows]
     rows = [
-        f"| {w.minute:.0f} | {w.speed_mb:,} | {w.serving_mb:,} ({w.engine_mb:,.0f}) | {w.raw_events_files:,} | "
+        f"| {w.minute:.0f} | {w.speed_mb:,} ({w.state_mb:,.0f}) | {w.serving_mb:,} ({w.engine_mb:,.0f}) | "
+        f"{w.raw_events_files:,} | "
         f"{w.speed_partials_files:,} | {w.checkpoints_mb:,.1f} | {_p(seen, 0.5)} / {_p(seen, 0.99)} | "
         f"{live.percentile(w.points_ms, 0.5):,.1f} / {live.percentile(w.points_ms, 0.99):,.1f} | {w.point_errors} | "
         f"{w.health_errors} of {w.health_checks} |"
@@ -464,15 +465,16 @@ def _render_soak(soak: reliability.Soak) -> list[str]:
         f"Soak at {soak.rate:,.0f} events/s. Freshness is over every marker and relation of the window (p50 / p99, "
         f"seconds); point queries p50 / p99 in ms.",
         "",
-        "| minute | speed layer MB | HTTP API MB (its query engine's) | raw_events files | speed_partials files | "
-        "checkpoints MB | "
+        "| minute | speed layer MB (its state's) | HTTP API MB (its query engine's) | raw_events files | "
+        "speed_partials files | checkpoints MB | "
         "freshness s | point query ms | failed queries | failed /health calls |",
         "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"After the first {reliability.SOAK_WINDOW // 60} minutes, the speed layer's memory grew "
         f"{growth['speed_mb']:+.0%} and the HTTP API's {growth['serving_mb']:+.0%} (target < 10%: "
-        f"{_met(max(growth.values()) < 0.1)}); what the API's query engine holds went from {first.engine_mb:,.0f} to "
+        f"{_met(max(growth.values()) < 0.1)}); what the speed views' state holds went from {first.state_mb:,.0f} to "
+        f"{last.state_mb:,.0f} MB, what the API's query engine holds from {first.engine_mb:,.0f} to "
         f"{last.engine_mb:,.0f} MB. DAG runs meanwhile: {runs}.",
     ]
 

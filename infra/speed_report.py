@@ -39,6 +39,9 @@ class Health:
     watermark: str | None = None
     #: Records, dead letters and late events since the speed layer started.
     totals: dict[str, int] = field(default_factory=dict)
+    #: What the speed views' state held after the last micro-batch: events remembered, open sessions,
+    #: and the bytes its tables take (none: landing alone).
+    state: dict[str, int] = field(default_factory=dict)
     #: Seconds per step of the last micro-batch (parse, dedupe, each view, each commit).
     steps: dict[str, float] = field(default_factory=dict)
     #: Seconds per step of the process's start, from its creation to its queries' start (imports, the

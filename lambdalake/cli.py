@@ -346,6 +346,9 @@ def _status(settings, args) -> None:
     for what, steps in (("started", health.startup), ("last micro-batch", health.steps)) if health else ():
         if steps:
             print(f"{what}: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in steps.items()))
+    if health and health.state:
+        held = health.state
+        print(f"state: {held['events']:,} events, {held['sessions']:,} open sessions, {held['bytes'] / 2**20:,.1f} MB")
     table(
         f"late events, behind the speed watermark (the batch layer recomputes their days): "
         f"{sum(r['events'] for r in late)}",

@@ -96,8 +96,10 @@ class Fold:
             )
         self.dead_schema = delta.arrow_schema(events.dead_letters(empty).schema)
         self.dimensions: dict[str, deltalake.DeltaTable] = {}
-        #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far.
+        #: Seconds per step of the last micro-batch; counts of records, dead letters and late events so far;
+        #: what the state held after it (:meth:`speed_layer.state.State.held`).
         self.timings: dict[str, float] = {}
+        self.held: dict[str, int] = {}
         self.totals = {"records": 0, "dead_letters": 0, "late_events": 0}
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
@@ -105,6 +107,7 @@ class Fold:
         counted = self._fold(records, batch_id, steps)
         with timed(steps, "keep state"):
             self.state.advance(counted.newest)
+            self.held = self.state.held() if self.views else {}
         self.timings = steps
         for name, count in (
             ("records", counted.total),

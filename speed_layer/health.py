@@ -98,6 +98,7 @@ class Monitor:
             stall_after_seconds=max(floor, STALL_FACTOR * statistics.median(self._recent)) if self._recent else floor,
             watermark=self._fold.state.watermark.isoformat() if self._fold.state.watermark else None,
             totals=dict(self._fold.totals),
+            state=dict(self._fold.held),
             steps=dict(self._fold.timings),
             startup=self._startup,
             queries={q.name: _query(q, progress[q.name]) for q in queries},

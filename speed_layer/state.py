@@ -76,6 +76,17 @@ class State:
         self.db.execute(f"DELETE FROM {opened} WHERE {per} IN (SELECT {per} FROM {sql.touched(view)})")
         self.db.execute(f"INSERT INTO {opened} SELECT * FROM {sql.grown(view)}")
 
+    def held(self) -> dict[str, int]:
+        """What it holds: events remembered (whole or by id), open sessions, and the bytes its tables take
+        in the fold's database."""
+        sessions = [sql.open_sessions(v) for v in self.views if isinstance(v.window, Session)]
+        counts = [f"(SELECT count(*) FROM {table})" for table in (sql.RECENT, sql.SEEN, *sessions)]
+        recent, seen, *opened = self.db.execute(f"SELECT {', '.join(counts)}").fetchone() or ()
+        [(taken,)] = self.db.execute(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
+        ).fetchall()
+        return {"events": recent + seen, "sessions": sum(opened), "bytes": int(taken)}
+
     def advance(self, newest: datetime | None) -> None:
         """Move the watermark past a micro-batch's newest event time; forget what it makes useless: events
         before the horizon, sessions no event at or after the watermark can extend."""

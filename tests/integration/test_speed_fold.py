@@ -206,6 +206,8 @@ def test_the_state_forgets_what_the_watermark_makes_useless(spark, tables, recor
     assert ids[0] > 0 and ids[1] >= fold.state.watermark
     assert opened > 0 and last >= fold.state.watermark - views[0].session.gap
     assert fold.state.horizon == fold.state.watermark - timedelta(minutes=30)
+    held = fold.held  # what the health report says the state holds
+    assert (held["events"], held["sessions"]) == (kept[0] + ids[0], opened) and held["bytes"] > 0
 
 
 def test_events_that_can_change_a_final_day_are_left_to_batch(spark, tables):
