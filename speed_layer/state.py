@@ -81,7 +81,7 @@ class State:
         in the fold's database."""
         sessions = [sql.open_sessions(v) for v in self.views if isinstance(v.window, Session)]
         counts = [f"(SELECT count(*) FROM {table})" for table in (sql.RECENT, sql.SEEN, *sessions)]
-        recent, seen, *opened = self.db.execute(f"SELECT {', '.join(counts)}").fetchone() or ()
+        [(recent, seen, *opened)] = self.db.execute(f"SELECT {', '.join(counts)}").fetchall()
         [(taken,)] = self.db.execute(
             "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
         ).fetchall()
