@@ -3,13 +3,14 @@ an S3 object store (s3a://): Kafka (events
 and the products changelog) -> speed layer ->
 raw_events/dead_letters, the products dimension and the speed views; the past days are backfilled from
 Airflow's own UI in headless Chromium (the "Trigger -> Backfill" dialog of batch_recompute) and run by
-its scheduler, which also catches up the nightly run due since the DAG's start date (yesterday); every
+its scheduler, which also catches up the nightly runs due since the DAG's start date (yesterday as the
+test session began: the days since then are caught up, the days before it backfilled, at any hour); every
 view's merged rows equal the oracle, including the view declared only in the test suite."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pytest
 
@@ -52,7 +53,8 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     settings = on_cluster_and_object_store
     now = datetime.now(timebase.UTC)
     today = timebase.day_start(now.date())
-    first = today - timedelta(days=HISTORY_DAYS)
+    start = timebase.day_start(date.fromisoformat(settings.batch_start_date))
+    first = start - timedelta(days=HISTORY_DAYS - 1)
     history = generator.generate(
         first, today, 1200 * HISTORY_DAYS, seed=3, mix=Mix(late=0.05, duplicate=0.05, malformed=0.03)
     )
@@ -78,10 +80,10 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
         services.wait_for_landing(settings)
         processes.wait_until(lambda: _count(settings, "product_changes") == len(changes), 120, "products landing")
 
-        past = [today - timedelta(days=d) for d in range(HISTORY_DAYS, 0, -1)]
-        with browser.chromium() as chromium:  # the dialog unpauses the DAG: its scheduler catches up yesterday
-            browser.backfill(chromium, settings, "batch_recompute", past[:-1])
-        _assert_caught_up(airflow_service.client, past[-1])
+        past = [first + timedelta(days=d) for d in range((today - first).days)]
+        with browser.chromium() as chromium:  # the dialog unpauses the DAG: its scheduler catches up from start
+            browser.backfill(chromium, settings, "batch_recompute", [day for day in past if day < start])
+        _assert_caught_up(airflow_service.client, [day for day in past if day >= start])
         assert all(days["final"] == {day.date() for day in past} for days in engine.finality(settings).values())
 
         category = oracle.category_as_of(changes)
@@ -127,16 +129,18 @@ def test_merged_view_equals_oracle_after_speed_and_airflow_batch(broker, airflow
     assert dead == kinds["malformed"] and reasonless == 0
 
 
-def _assert_caught_up(client, day: datetime) -> None:
-    """The scheduler ran batch_recompute for ``day``, the one day since its start date, on its own."""
-    scheduled = processes.poll(
-        lambda: [r for r in client.dag_runs("batch_recompute") if r.run_type == "scheduled"] or None,
-        120,
-        2,
-        lambda: AssertionError("the scheduler did not catch up batch_recompute's first day"),
+def _assert_caught_up(client, days: list[datetime]) -> None:
+    """The scheduler ran batch_recompute for ``days``, those since its start date, on its own."""
+
+    def scheduled() -> list | None:
+        runs = [r for r in client.dag_runs("batch_recompute") if r.run_type == "scheduled"]
+        return runs if len(runs) >= len(days) else None
+
+    runs = processes.poll(
+        scheduled, 120, 2, lambda: AssertionError("the scheduler did not catch up batch_recompute's days")
     )
-    assert [r.logical_date for r in scheduled] == [day]
-    client.wait_for_runs("batch_recompute", [r.run_id for r in scheduled], timeout=600)
+    assert sorted(r.logical_date for r in runs) == days
+    client.wait_for_runs("batch_recompute", [r.run_id for r in runs], timeout=600)
 
 
 def _late_events_reach_the_merged_view(settings, client, records: list, category, today: datetime) -> list:
