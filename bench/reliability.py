@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import psutil
-import requests
+import urllib3
 
 from batch_layer import day_task
 from bench import live
@@ -551,7 +551,7 @@ def _point_clients(
     :func:`_outcome`) is put on ``found``. Run in a process of their own (:func:`_clients_apart`)."""
 
     def client(seed: int) -> None:
-        rng, session = random.Random(seed), requests.Session()
+        rng, connection = random.Random(seed), _client(url)
         while not stop.wait(every):
             if keys is None:
                 page = rng.choice(generator.PAGES)
@@ -563,7 +563,7 @@ def _point_clients(
                 f"AND window_start = TIMESTAMPTZ '{minute.isoformat()}'"
             )
             began = time.perf_counter()
-            outcome = _outcome(session, url, sql)
+            outcome = _outcome(connection, url, sql)
             found.put((time.time(), (time.perf_counter() - began) * 1000, outcome))
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(POINT_CLIENTS)]
@@ -609,12 +609,13 @@ def _monitor(settings: Deployment, stop: threading.Event, found: list) -> thread
     end, seconds since the epoch; the query engine's memory in MB, or None if the call failed) to ``found``."""
 
     def monitor() -> None:
-        session = requests.Session()
+        url = settings.serve_url + "health"
+        connection = _client(url)
         while True:
             try:
-                response = session.get(settings.serve_url + "health", timeout=60)
-                held = response.json()["query_engine"]["memory_mb"] if response.ok else None
-            except (requests.RequestException, ValueError, KeyError):
+                response = connection.request("GET", url, timeout=60)
+                held = response.json()["query_engine"]["memory_mb"] if response.status == 200 else None
+            except (urllib3.exceptions.HTTPError, ValueError, KeyError):
                 held = None
             found.append((time.time(), held))
             if stop.wait(SOAK_HEALTH_EVERY):
@@ -826,20 +827,32 @@ BAD_QUERIES = {
 ANSWERED = "200: answered"
 
 
-def _outcome(client: requests.Session, url: str, sql: str) -> str:
-    """``sql`` sent to the HTTP API by ``client`` (a client's connection, kept open from one query to the
-    next as an HTTP client library keeps it): :data:`ANSWERED`, or the HTTP status and its one-line
-    error, or what kept the answer from coming (within twice the API's time limit)."""
+def _client(url: str) -> urllib3.HTTPConnectionPool:
+    """A client's connection to the HTTP API's ``url``, kept open from one request to the next, with no
+    retry (as ``requests`` keeps it). urllib3, which ``requests`` is built on: a query costs the client
+    0.9 ms of CPU, against 1.7 ms through ``requests`` (a probe against a local server); 8 clients
+    querying back to back, some 350 queries a second, took 0.6 of the 2 cores the API answers them on."""
+    return urllib3.connection_from_url(
+        url, maxsize=1, retries=urllib3.Retry(0, read=False), timeout=2 * Deployment.query_timeout_seconds
+    )
+
+
+def _outcome(client: urllib3.HTTPConnectionPool, url: str, sql: str) -> str:
+    """``sql`` sent to the HTTP API at ``url`` by ``client`` (:func:`_client`): :data:`ANSWERED`, or the
+    HTTP status and its one-line error, or what kept the answer from coming (within twice the API's
+    time limit)."""
     try:
-        response = client.post(url, json={"sql": sql}, timeout=2 * Deployment.query_timeout_seconds)
-    except requests.RequestException as exc:
+        response = client.request("POST", url, json={"sql": sql})
+    except urllib3.exceptions.MaxRetryError as exc:  # what it gave up on: a refused connection, a timeout
+        return f"no answer: {type(exc.reason or exc).__name__}"
+    except urllib3.exceptions.HTTPError as exc:
         return f"no answer: {type(exc).__name__}"
-    if response.ok:
+    if response.status == 200:
         return ANSWERED
     try:
-        return f"{response.status_code}: {response.json().get('detail', '')}"
+        return f"{response.status}: {response.json().get('detail', '')}"
     except ValueError:  # not the API's one-line error: what the server said instead, counted as such
-        return f"{response.status_code}, not JSON: {' '.join(response.text.split())[:80]}"
+        return f"{response.status}, not JSON: {' '.join(response.data.decode(errors='replace').split())[:80]}"
 
 
 def hostile_queries(settings: Deployment, say: Say) -> Queries:
@@ -862,12 +875,12 @@ def hostile_queries(settings: Deployment, say: Say) -> Queries:
     stop = time.monotonic() + QUERY_SECONDS
 
     def bad(client: int) -> None:
-        names, session = list(BAD_QUERIES), requests.Session()
+        names, connection = list(BAD_QUERIES), _client(url)
         for n in range(client, 10**9):
             if time.monotonic() > stop:
                 return
             name = names[n % len(names)]
-            outcome = _outcome(session, url, BAD_QUERIES[name])
+            outcome = _outcome(connection, url, BAD_QUERIES[name])
             with lock:
                 sent, outcomes = result.bad.get(name, (0, {}))
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
