@@ -7,7 +7,8 @@ that can change them (`batch_layer.stale.stale_days`: a day before the events' o
 reach their first, as the ledger's `open_until` says), one mapped task per run of consecutive stale
 days, each computed together on the batch engine (raw_events read once for the run of days), replacing
 those days and recording each final on its own. It runs on data: when `speed_layer_watchdog` updates
-the late_events table's Asset (it found such days), and every hour in any case.
+the late_events table's Asset (it found such days whose late events stopped coming
+`late_data_quiet_minutes` ago), and every hour in any case (for days whose late events keep coming).
 Days not batched yet need nothing: their nightly `batch_recompute` run will count the late events.
 """
 

@@ -8,9 +8,11 @@ and maintenance tasks send their work to): if it died or does not answer, it is 
 batch tasks that failed meanwhile succeed on their retry.
 
 It also **announces late data**: when late events have arrived for days batch has made final
-(`batch_layer.stale`), it updates the late_events table's Asset, on which `late_data_recompute` is
-scheduled, so those days are corrected within minutes rather than at the next hour. Otherwise that
-task is skipped and the Asset is not updated.
+(`batch_layer.stale`) and none has arrived for them in the last `late_data_quiet_minutes` (10), it
+updates the late_events table's Asset, on which `late_data_recompute` is scheduled, so a burst of late
+events is corrected once, minutes after it, rather than at the next hour. Late events that keep
+coming (just after midnight, for the day before) are corrected by that DAG's hourly run instead of
+every five minutes. Otherwise that task is skipped and the Asset is not updated.
 """
 
 from __future__ import annotations
@@ -46,12 +48,13 @@ with DAG(
 
     @task(outlets=[dags.table(settings, tables.LATE_EVENTS)])
     def announce_late_data() -> list[str]:
-        """Update the late_events Asset if final days have late events to correct; else skip."""
-        from batch_layer.stale import stale_days
+        """Update the late_events Asset if final days have late events to correct that stopped coming;
+        else skip."""
+        from batch_layer.stale import settled_days
 
-        days = stale_days(settings)
+        days = settled_days(settings, datetime.now(UTC))
         if not days:
-            raise AirflowSkipException("no final day has late events to correct")
+            raise AirflowSkipException("no final day has late events to correct that stopped coming")
         return [day.isoformat() for day in days]
 
     @task

@@ -69,6 +69,10 @@ class Deployment:
     dimension_trigger_seconds: float = 5
     #: How late an event may come and still be counted by the speed views.
     watermark: str = "10 minutes"
+    #: The watchdog announces a batched day that late events made stale once none has arrived for it
+    #: this long (late_data_recompute then corrects it); while they keep coming, that DAG's hourly run
+    #: corrects it. 0: at the watchdog's next check.
+    late_data_quiet_minutes: float = 10
     #: Events stamped further than this in the future are dead-lettered.
     future_horizon_seconds: int = 3600
     max_payload_bytes: int = 16_384

@@ -1,11 +1,12 @@
 """Which days the late-data DAG recomputes: batched days that received late events since."""
 
-from datetime import date, datetime
+from dataclasses import replace
+from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from batch_layer.stale import stale_days
+from batch_layer.stale import settled_days, stale_days
 from infra.deployment import load
 from views.timebase import UTC
 
@@ -103,3 +104,20 @@ def test_a_day_before_the_late_events_is_stale_only_if_its_windows_reach_their_f
     # no open_until recorded: the day's windows reach 10 minutes past its end
     _table(settings, "late_events", [late("trending_products", reach.replace(minute=5))])
     assert stale_days(settings) == [d20]
+
+
+def test_the_watchdog_announces_a_stale_day_once_its_late_events_stopped_coming(tmp_path):
+    """With the default 10 quiet minutes: a day late events keep coming for waits (the hourly run
+    corrects it), one whose newest late event is older is announced."""
+    settings = load(tmp_path)
+    d18, d19 = date(2026, 11, 18), date(2026, 11, 19)
+    _table(settings, "serving_state", [{"view": V, "day": day, "rows": 1, "computed_at": at(1)} for day in (d18, d19)])
+
+    def late(day, received):
+        return {"view": V, "day": day, "events": 1, "received_at": received, "batch_id": 1}
+
+    _table(settings, "late_events", [late(d18, at(2)), late(d19, at(2)), late(d19, at(3) - timedelta(minutes=5))])
+    assert stale_days(settings) == [d18, d19]
+    assert settled_days(settings, at(3)) == [d18]
+    assert settled_days(settings, at(3) + timedelta(minutes=5)) == [d18, d19]
+    assert settled_days(replace(settings, late_data_quiet_minutes=0), at(3)) == [d18, d19]
