@@ -200,14 +200,12 @@ class Fold:
         )
         self.db.register("landed", landed)
         watermark = self.state.watermark
-        # the ids seen before are found by probing the recent events with the micro-batch's (a semi join
-        # hashes its small side), not by hashing every recent id for the anti join, each micro-batch
-        seen = " UNION ALL ".join(
-            f"SELECT event_id FROM {known} WHERE event_id IN (SELECT event_id FROM landed)"
-            for known in (sql.RECENT, sql.SEEN)
-        )
+        # the ids seen before are found by probing the state's keys with the micro-batch's (a semi join
+        # hashes its small side), not by hashing every key it holds for the anti join, each micro-batch
+        landed_key = state.key("event_id")
+        seen = f"SELECT event_key FROM {sql.SEEN} WHERE event_key IN (SELECT {landed_key} FROM landed)"
         self.db.execute(
-            f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) WHERE event_id NOT IN ({seen})",
+            f"CREATE OR REPLACE TABLE {sql.NEW} AS SELECT * FROM ({firsts}) WHERE {landed_key} NOT IN ({seen})",
             [watermark, watermark],
         )
         self.db.unregister("landed")
@@ -230,9 +228,8 @@ class Fold:
             with timed(steps, f"view {view.name}"):
                 for name, dimension in current.items():
                     cursor.register(name, dimension)
-                if isinstance(view.window, Session):
-                    cursor.execute(f"CREATE OR REPLACE TABLE {sql.touched(view)} AS {sql.touched_sql(view)}")
-                    cursor.execute(f"CREATE OR REPLACE TABLE {sql.grown(view)} AS {sql.grown_sql(view)}")
+                for table, made in sql.made_first(view):
+                    cursor.execute(f"CREATE OR REPLACE TABLE {table} AS {made}")
                 return cursor.sql(sql.partials(view)).to_arrow_table()
 
         rows = list(self.pool.map(partials, self.views, self.cursors))

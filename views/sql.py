@@ -6,10 +6,12 @@ dimensions, mergeable states per window and key, the same SQL for the states), o
 speed layer keeps in its DuckDB:
 
 - :data:`NEW`: the micro-batch's new events; :data:`RECENT`: the events of earlier micro-batches it
-  remembers whole (both with the source's columns); :data:`SEEN`: the ids and times of the others it
-  remembers;
-- :func:`open_sessions` of a session view, and the :func:`touched` and :func:`grown` sessions of a
-  micro-batch (tables the fold makes from :func:`touched_sql` and :func:`grown_sql` first);
+  remembers whole (both with the source's columns); :data:`SEEN`: the keys and times of every event it
+  remembers (:mod:`speed_layer.state`);
+- :func:`open_sessions` of a session view;
+- the tables the fold makes from the others before a view's partials (:func:`made_first`): the
+  :func:`met` events of each FollowedBy join, and the :func:`touched` and :func:`grown` sessions of a
+  session view;
 - :func:`dimension`: a dimension's current rows.
 """
 
@@ -31,6 +33,10 @@ def touched(view: View) -> str:
 
 def grown(view: View) -> str:
     return f"grown_{view.name}"
+
+
+def met(view: View, join: FollowedBy) -> str:
+    return f"met_{view.name}_{join.flag}"
 
 
 def dimension(table: str) -> str:
@@ -76,23 +82,37 @@ def _flagged(view: View, join: FollowedBy, rows: str, later: str, how: str = "EX
     )
 
 
+def met_sql(view: View, join: FollowedBy) -> str:
+    """The :data:`RECENT` events that can meet the micro-batch's in ``join``: of ``view``'s or the
+    follower's type, with the ``on`` values of one of its own rows or followers. Found by probing the
+    state with the micro-batch's values (a semi join hashes its small side), not by hashing the state,
+    and once for the three reads of :func:`_rows`."""
+    keys, types = ", ".join(join.on), ", ".join(map(text, (*view.event_types, join.event_type)))
+    return (
+        f"SELECT * FROM {RECENT} WHERE event_type IN ({types}) AND ({keys}) IN "
+        f"(SELECT {keys} FROM ({_own(view, NEW)} UNION ALL BY NAME {_followers(join, NEW)}))"
+    )
+
+
 def _rows(view: View) -> str:
     """The prepared rows :data:`NEW` adds to ``view`` before sessions: its own rows, and flagged copies
-    of those (and of :data:`RECENT`'s) that a follower now follows for the first time."""
+    of those (and of the :func:`met` state's) that a follower now follows for the first time."""
     rows = _own(view, NEW)
     for join in view.joins:
         if isinstance(join, FollowedBy):
-            new, known = _followers(join, NEW), _followers(join, RECENT)
-            keys = ", ".join(join.on)
-            # the state's rows and followers that can meet the micro-batch's: found by probing the state
-            # with the micro-batch's keys (a semi join hashes its small side), not by hashing the state
-            met = f"({keys}) IN (SELECT {keys} FROM ({_own(view, NEW)} UNION ALL BY NAME {new}))"
-            known = f"{known} AND {met}"
+            new, known = _followers(join, NEW), _followers(join, met(view, join))
             flagged_new = _flagged(view, join, rows, f"{known} UNION ALL {new}")
-            earlier = f"{_own(view, RECENT)} AND {met}"
-            newly = _flagged(view, join, _flagged(view, join, earlier, new), known, "NOT EXISTS")
+            newly = _flagged(view, join, _flagged(view, join, _own(view, met(view, join)), new), known, "NOT EXISTS")
             rows = f"{rows} UNION ALL BY NAME {flagged_new} UNION ALL BY NAME {newly}"
     return rows
+
+
+def made_first(view: View) -> list[tuple[str, str]]:
+    """The tables (name, SQL) the fold makes, in this order, before ``view``'s :func:`partials`."""
+    made = [(met(view, join), met_sql(view, join)) for join in view.joins if isinstance(join, FollowedBy)]
+    if isinstance(view.window, Session):
+        made += [(touched(view), touched_sql(view)), (grown(view), grown_sql(view))]
+    return made
 
 
 def _spans(view: View, rows: str | None = None) -> str:
@@ -174,8 +194,7 @@ def _windowed(view: View, rows: str) -> str:
 
 def partials(view: View) -> str:
     """The micro-batch's partials of ``view`` as rows of the partials table (view, window_hour, and the
-    states in the struct column named after the view), from :data:`NEW`, :data:`RECENT`, and for a
-    session view its :func:`touched` and :func:`grown` sessions."""
+    states in the struct column named after the view), from :data:`NEW` and the tables :func:`made_first`."""
     if isinstance(view.window, Session):
         rows = f"{_session_rows(view, grown(view), 1)} UNION ALL BY NAME {_session_rows(view, touched(view), -1)}"
     else:
