@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -25,6 +27,14 @@ Say = Callable[[str], object]
 #: Delta threads; the HTTP API's request threads): two, not eight per core, each keeping memory of its
 #: own that a long-lived process never gives back.
 FEW_ARENAS = {"MALLOC_ARENA_MAX": "2"}
+#: glibc's ``malloc_trim``, if the process has it (None with another C library).
+_MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+
+
+def give_back_freed() -> None:
+    """Give the memory that malloc holds free back to the system (a no-op without glibc)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def start_speed(settings: Deployment, timeout: float = 180, resume_from_tables: 
             settings,
             SPEED,
             [sys.executable, "-m", "speed_layer", *flags],
-            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO)},
+            env={"LAMBDALAKE_HOME": str(settings.home), "PYTHONPATH": str(REPO), **processes.FEW_ARENAS},
             cwd=REPO,
         )
 

@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import itertools
 import os
 import re
@@ -58,7 +56,7 @@ import duckdb
 import pyarrow.dataset as ds
 from inotify_simple import INotify, flags
 
-from infra import storage
+from infra import processes, storage
 from infra.deployment import Deployment
 from lake import versions
 from lake.merge import (
@@ -349,8 +347,9 @@ class Engine:
                 if grown
                 else self._count(f'CREATE TABLE "{copy}" AS FROM _version{order}')
             )
-        if not grown:
-            _give_back_freed()
+        if not grown:  # reading a table's files whole leaves most of what it took free but held (418 small
+            # files of speed partials: a process from 231 to 413 MB, and 340 MB after this)
+            processes.give_back_freed()
         self._copied[name] += 1
         return copy
 
@@ -473,7 +472,7 @@ class Engine:
                 part = self._new_part(
                     view.name, folded_sql(view, partials_of(view, "_version"), ledger), made_from, reads
                 )
-            _give_back_freed()
+            processes.give_back_freed()
             return part
         part = previous
         if before != finals:  # a copy: a query that began before reads the part it found, whole
@@ -755,18 +754,6 @@ class Engine:
             self._idle.clear()
             self._spare.close()
             self._db.close()
-
-
-#: glibc's ``malloc_trim``, if the process has it (None with another C library).
-_MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
-
-
-def _give_back_freed() -> None:
-    """Give the memory that malloc holds free back to the system. Reading a table's files whole leaves
-    most of what it took free but held: 418 small files of speed partials took a process from 231 to
-    413 MB, and 340 MB after this (Arrow's share only if it allocates from malloc, as the API has it)."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _lower_priority() -> None:

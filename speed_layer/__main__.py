@@ -9,6 +9,7 @@ import sys
 import time
 
 import psutil
+import pyarrow
 
 from infra import deployment as config
 from infra import spark as sparks
@@ -20,6 +21,7 @@ from speed_layer.fold import timed
 def main() -> int:
     settings = config.load()
     startup = {"imports": round(time.time() - psutil.Process().create_time(), 3)}
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())  # malloc's, which each micro-batch trims
     try:  # before Spark starts: a lost checkpoint is told at once
         with timed(startup, "resume plan"):
             start = resume.plan(settings, resume_from_tables="--resume-from-tables" in sys.argv[1:])

@@ -41,7 +41,7 @@ import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra import delta
+from infra import delta, processes
 from infra.deployment import Deployment
 from lake import sketches
 from speed_layer import late_events, packing, state
@@ -108,6 +108,8 @@ class Fold:
         with timed(steps, "keep state"):
             self.state.advance(counted.newest)
             self.held = self.state.held() if self.views else {}
+        with timed(steps, "give back freed"):
+            processes.give_back_freed()
         self.timings = steps
         for name, count in (
             ("records", counted.total),
