@@ -24,8 +24,8 @@ T = TypeVar("T")
 #: Where a long operation reports its progress, a line at a time (``print`` by default).
 Say = Callable[[str], object]
 #: glibc's malloc arenas for a long-lived service with many threads (the batch engine's gRPC, Spark and
-#: Delta threads; the HTTP API's request threads): two, not eight per core, each keeping memory of its
-#: own that a long-lived process never gives back.
+#: Delta threads; the HTTP API's request threads; the speed layer's fold and commit threads): two, not
+#: eight per core, each keeping memory of its own that a long-lived process never gives back.
 FEW_ARENAS = {"MALLOC_ARENA_MAX": "2"}
 #: glibc's ``malloc_trim``, if the process has it (None with another C library).
 _MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
