@@ -1,5 +1,6 @@
 """The Kafka broker's lifecycle (a second start is harmless, stop leaves nothing, a busy port is named),
-and `lambdalake produce` on it: --changelog, and records it did not acknowledge."""
+`lambdalake produce` on it (--changelog, and records it did not acknowledge), and the speed bench's
+load sender."""
 
 from __future__ import annotations
 
@@ -105,3 +106,15 @@ def test_produce_says_how_many_records_kafka_did_not_acknowledge(tmp_path, broke
         f"records sent to {settings.topic} (the first: [Error 10] MessageSizeTooLargeError: "
     )
     assert sum(kafka.end_offsets(settings, settings.topic).values()) == 2
+
+
+def test_the_bench_load_sends_every_record_when_the_producer_queue_is_full(tmp_path, broker):
+    from confluent_kafka import Producer
+
+    from bench import live
+
+    settings = _deployment(tmp_path, broker)
+    sender = Producer({"bootstrap.servers": settings.kafka_bootstrap, "queue.buffering.max.messages": 100})
+    live._send(sender, settings.topic, [{"key": str(i).encode(), "value": b"{}"} for i in range(1_000)])
+    sender.flush()
+    assert sum(kafka.end_offsets(settings, settings.topic).values()) == 1_000
