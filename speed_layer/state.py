@@ -5,7 +5,8 @@ driver's (the fold's own database: :mod:`views.sql` names its tables).
   setting. An event older than it is *late*: landed, counted in late_events, left to batch.
 - **recent events** (:data:`views.sql.RECENT`): the first copy of each event that was not late and
   is of a type a FollowedBy join reads (:attr:`State.followed`), as long as its time is at or after the
-  watermark minus the longest FollowedBy bound: later events may still follow them.
+  watermark minus the longest FollowedBy bound: later events may still follow them. Each with the hash
+  of its values of each join's ``on`` columns (:func:`views.sql.on_key`), which a micro-batch probes.
 - **seen events** (:data:`views.sql.SEEN`): the :func:`key` and time of the first copy of every event
   that was not late, and whether it is a recent one, as long as it is kept whole or its time is at or
   after the watermark: later copies of these are duplicates (a copy of an older one is late). A
@@ -75,8 +76,14 @@ class State:
 
     def remember(self) -> None:
         """Keep a micro-batch's new events (once its views are computed)."""
-        self.db.execute(f"INSERT INTO {sql.RECENT} SELECT * FROM {sql.NEW} WHERE {self.followed}")
+        self.db.execute(f"INSERT INTO {sql.RECENT} {self.recent(sql.NEW)}")
         self.db.execute(f"INSERT INTO {sql.SEEN} {self.seen(sql.NEW)}")
+
+    def recent(self, events: str) -> str:
+        """SQL: the rows of :data:`views.sql.RECENT` for ``events``."""
+        ons = dict(sql.on_key(j) for v in self.views for j in v.joins if isinstance(j, FollowedBy))
+        columns = ", ".join(["*", *(f"{value} AS {column}" for column, value in ons.items())])
+        return f"SELECT {columns} FROM {events} WHERE {self.followed}"
 
     def seen(self, events: str) -> str:
         """SQL: the rows of :data:`views.sql.SEEN` for ``events``."""
@@ -156,7 +163,7 @@ def restore(
         f"USING (ingested_at) WHERE _before IS NULL OR event_time >= _before - INTERVAL "
         f"'{delay.total_seconds()} seconds'"
     )
-    db.execute(f"CREATE TABLE {sql.RECENT} AS SELECT * FROM _counted WHERE {state.followed}")
+    db.execute(f"CREATE TABLE {sql.RECENT} AS {state.recent('_counted')}")
     db.execute(f"CREATE TABLE {sql.SEEN} AS {state.seen('_counted')}")
     for view in views:
         if isinstance(view.window, Session):

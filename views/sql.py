@@ -5,9 +5,9 @@ The same steps as :mod:`views.compile` builds in Spark for batch (own rows, Foll
 dimensions, mergeable states per window and key, the same SQL for the states), over relations the
 speed layer keeps in its DuckDB:
 
-- :data:`NEW`: the micro-batch's new events; :data:`RECENT`: the events of earlier micro-batches it
-  remembers whole (both with the source's columns); :data:`SEEN`: the keys and times of every event it
-  remembers (:mod:`speed_layer.state`);
+- :data:`NEW`: the micro-batch's new events (the source's columns); :data:`RECENT`: the events of
+  earlier micro-batches it remembers whole (those, and the :func:`on_key` of each FollowedBy join);
+  :data:`SEEN`: the keys and times of every event it remembers (:mod:`speed_layer.state`);
 - :func:`open_sessions` of a session view;
 - the tables the fold makes from the others before a view's partials (:func:`made_first`): the
   :func:`met` events of each FollowedBy join, and the :func:`touched` and :func:`grown` sessions of a
@@ -82,15 +82,26 @@ def _flagged(view: View, join: FollowedBy, rows: str, later: str, how: str = "EX
     )
 
 
+#: The prefix of :data:`RECENT`'s :func:`on_key` columns.
+ON = "_on_"
+
+
+def on_key(join: FollowedBy) -> tuple[str, str]:
+    """The column of :data:`RECENT` that holds the hash of an event's ``join.on`` values, and its SQL."""
+    return ON + "_".join(join.on), f"hash({', '.join(join.on)})"
+
+
 def met_sql(view: View, join: FollowedBy) -> str:
-    """The :data:`RECENT` events that can meet the micro-batch's in ``join``: of ``view``'s or the
-    follower's type, with the ``on`` values of one of its own rows or followers. Found by probing the
-    state with the micro-batch's values (a semi join hashes its small side), not by hashing the state,
-    and once for the three reads of :func:`_rows`."""
-    keys, types = ", ".join(join.on), ", ".join(map(text, (*view.event_types, join.event_type)))
+    """The :data:`RECENT` events that can meet the micro-batch's in ``join``: those whose ``on`` values
+    hash as one of its own rows' or followers' (a hash shared by chance only adds rows that the join's
+    own conditions then leave out), once for the three reads of :func:`_rows`. Found by probing the
+    hashes the state keeps with the micro-batch's (a semi join hashes its small side), not by hashing
+    its ``on`` values every micro-batch (with 2 million events held: 0.16 s -> 0.03 s quiet)."""
+    column, value = on_key(join)
+    types = ", ".join(map(text, (*view.event_types, join.event_type)))
     return (
-        f"SELECT * FROM {RECENT} WHERE event_type IN ({types}) AND ({keys}) IN "
-        f"(SELECT {keys} FROM ({_own(view, NEW)} UNION ALL BY NAME {_followers(join, NEW)}))"
+        f"SELECT COLUMNS(lambda c: NOT starts_with(c, {text(ON)})) FROM {RECENT} WHERE {column} IN "
+        f"(SELECT {value} FROM {NEW} WHERE event_type IN ({types}))"
     )
 
 
