@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from infra.deployment import Deployment
-from views.tables import exists, opened, retried
+from views.tables import exists, opened, retried, writer_properties
 
 R = TypeVar("R")
 
@@ -84,11 +84,19 @@ class BatchAppends:
         # written since (a commit by another writer meanwhile is checked for conflicts, as always)
         self.opened: dict[str, deltalake.DeltaTable] = {}
 
-    def append(self, rows: DataFrame | pa.Table, path: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> bool:
+    def append(
+        self,
+        rows: DataFrame | pa.Table,
+        path: str,
+        batch_id: int,
+        partition_by: tuple[str, ...] = (),
+        writer: deltalake.WriterProperties | None = None,
+    ) -> bool:
         """Append ``rows`` unless micro-batch ``batch_id`` was committed there (then False); new columns
         (a view added to the partials table) join the table's schema. A few rows already in the driver
-        (an Arrow table) are written by delta-rs, without a Spark job. A commit that loses a race (to
-        maintenance changing the table's properties) is made again on the version that won it."""
+        (an Arrow table) are written by delta-rs (as ``writer`` says), without a Spark job. A commit that
+        loses a race (to maintenance changing the table's properties) is made again on the version that
+        won it."""
         if path not in self.last:
             self.last[path] = committed_batch(path, self.app_id)
         if batch_id <= self.last[path]:
@@ -115,6 +123,7 @@ class BatchAppends:
                     mode="append",
                     partition_by=list(partition_by) or None,
                     schema_mode="merge",
+                    writer_properties=writer or writer_properties(),
                     commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": mark}),
                 )
             except deltalake.exceptions.CommitFailedError:

@@ -188,7 +188,7 @@ class Fold:
         (Arrow) by delta-rs, a DataFrame by Spark's Delta writer. Timed."""
         path = table.path(self.settings)
         with timed(steps, f"commit {table.name}"):
-            appended = self.appends.append(rows, path, batch_id, table.partition_by)
+            appended = self.appends.append(rows, path, batch_id, table.partition_by, table.writer())
         if appended and isinstance(rows, pa.Table):
             self.packer.appended(path, table, rows)
 

@@ -46,6 +46,8 @@ class _Written:
     files: int = 0
     #: the values of the table's last partition column in those appends
     values: set[str] = field(default_factory=set)
+    #: how its files are written (:meth:`views.tables.Table.writer`)
+    writer: deltalake.WriterProperties = field(default_factory=tables.writer_properties)
 
 
 class Packer:
@@ -62,6 +64,7 @@ class Packer:
         """Count ``rows``, just appended to ``table`` at ``path``: a file per partition."""
         column = table.partition_by[-1] if table.partition_by else None
         written = self.written[path, column]
+        written.writer = table.writer()
         written.files += rows.group_by(list(table.partition_by)).aggregate([]).num_rows if column else 1
         if column:
             written.values |= {_partition_value(value) for value in pc.unique(rows[column]).to_pylist()}
@@ -81,12 +84,14 @@ class Packer:
     def _pack(self, due: dict[tuple[str, str | None], _Written]) -> None:
         for (path, column), written in due.items():
             where = [(column, "in", sorted(written.values))] if column else None
-            metrics = tables.retried(partial(self._compact, path, where))
+            metrics = tables.retried(partial(self._compact, path, where, written.writer))
             log.info("packed %d files of %s into %d", metrics["numFilesRemoved"], path, metrics["numFilesAdded"])
 
-    def _compact(self, path: str, where: FilterConjunctionType | None) -> dict[str, Any]:
+    def _compact(
+        self, path: str, where: FilterConjunctionType | None, writer: deltalake.WriterProperties
+    ) -> dict[str, Any]:
         return deltalake.DeltaTable(path).optimize.compact(
-            partition_filters=where, target_size=self.target, max_concurrent_tasks=1
+            partition_filters=where, target_size=self.target, max_concurrent_tasks=1, writer_properties=writer
         )
 
 

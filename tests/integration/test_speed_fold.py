@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 import deltalake
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 from deltalake import write_deltalake
@@ -303,6 +304,19 @@ def test_raw_events_keeps_statistics_on_its_times_only(spark, tables, records, f
     queries.ensure_tables(spark, tables)
     Fold(spark, tables, [], "statistics", driver_bytes=0)(_batches(spark, records)[0], 0)
     assert _statistics(tables) == {"event_time", "ingested_at"}
+
+
+def test_raw_events_writes_its_distinct_columns_without_a_dictionary(folded):
+    """The columns of raw_events that hold a value of their own in nearly every row (catalog.RAW_EVENTS'
+    distinct: the ids, times and offsets, the payload) are written plain in every file the fold wrote,
+    the others (the event type, the topic) with a dictionary."""
+    table = catalog.RAW_EVENTS.opened(folded)
+    for uri in table.file_uris():
+        group = pq.ParquetFile(uri).metadata.row_group(0)
+        encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+        dictionary = {name for name, used in encodings.items() if "RLE_DICTIONARY" in used}
+        assert {"event_id", "offset", "payload"} <= set(catalog.RAW_EVENTS.distinct) <= set(encodings) - dictionary
+        assert {"event_type", "topic"} <= dictionary, uri
 
 
 def test_speed_partials_keep_row_counts_and_no_statistics(spark, tables, records, folded):
