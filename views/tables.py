@@ -37,7 +37,7 @@ class Table:
     checkpoint: str | None = None
     #: Delta table properties it is created with.
     properties: tuple[tuple[str, str], ...] = ()
-    #: Columns that hold a value of its own in nearly every row: the driver writes them without a
+    #: Columns that hold a value of their own in nearly every row: the driver writes them without a
     #: dictionary, which Parquet's writer would fill and then give up on, page after page.
     distinct: tuple[str, ...] = ()
 
