@@ -63,21 +63,27 @@ def sample(
     shaped: bool,
     burst: Burst,
     spoil: Spoil,
+    longest: timedelta,
     key: str = "user_id",
 ) -> list[Record]:
     """About ``count`` records of ``burst``'s events sent over ``[start, end)``, in the order they are
     sent, keyed by their ``key`` field.
 
     A record's event time is when it is sent, except for late events, whose time lies
-    ``mix.late_by`` minutes earlier. ``shaped`` follows the daily traffic pattern; otherwise times are
-    uniform.
+    ``mix.late_by`` minutes earlier. ``shaped`` follows the daily traffic pattern; otherwise records
+    are sent at a steady rate: bursts begin uniformly from ``longest`` (as long as a burst lasts)
+    before ``start``, as if users had been busy before it, and one begun before ``start`` sends only
+    its events from ``start`` on (bursts that all begin at ``start`` would send ever more records as
+    they pile up: a clickstream's five minutes, 0.6x the mean rate in their first half minute and 1.5x
+    in their last).
     """
     rng = random.Random(seed)
-    span = (end - start).total_seconds()
+    first = start if shaped else start - longest
+    span = (end - first).total_seconds()
     records: list[Record] = []
     sent_valid: list[Record] = []
     while len(records) < count:
-        moment = start + timedelta(seconds=rng.uniform(0, span))
+        moment = first + timedelta(seconds=rng.uniform(0, span))
         if shaped and rng.random() > _daily_weight(moment):
             continue
         for event in burst(moment, rng):
@@ -85,6 +91,8 @@ def sample(
             when = when.replace(microsecond=when.microsecond // 1000 * 1000)  # as precise as the stamp
             if when >= end:
                 break
+            if when < start:
+                continue
             roll = rng.random()
             late = mix.malformed <= roll < mix.malformed + mix.late
             delay = timedelta(minutes=rng.randint(*mix.late_by)) if late else timedelta()

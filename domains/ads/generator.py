@@ -19,6 +19,10 @@ ADS = tuple(f"ad{i}" for i in range(60))
 #: Ads the changelog never lists: their views fall in campaign "unknown".
 UNLISTED = 3
 CAMPAIGNS = tuple(f"c{i}" for i in range(8))
+#: Seconds from one view to the next, from a view to its click and from a click to its purchase (each
+#: drawn uniformly), and the longest a burst lasts: five views, the last clicked and bought at the latest.
+NEXT_VIEW, CLICKED, BOUGHT = (1, 120), (1, 2400), (30, 900)
+LONGEST = timedelta(seconds=4 * NEXT_VIEW[1] + CLICKED[1] + BOUGHT[1])
 
 
 def _impressions(user: str, start: datetime, rng: random.Random) -> list[dict]:
@@ -41,11 +45,11 @@ def _impressions(user: str, start: datetime, rng: random.Random) -> list[dict]:
         ad = rng.choice(ADS)
         emit("view", ad, moment)
         if rng.random() < 0.2:
-            clicked = moment + timedelta(seconds=rng.randint(1, 2400))  # some come after the 30 minutes
+            clicked = moment + timedelta(seconds=rng.randint(*CLICKED))  # some come after the 30 minutes
             emit("click", ad, clicked)
             if rng.random() < 0.3:
-                emit("purchase", ad, clicked + timedelta(seconds=rng.randint(30, 900)))
-        moment += timedelta(seconds=rng.randint(1, 120))
+                emit("purchase", ad, clicked + timedelta(seconds=rng.randint(*BOUGHT)))
+        moment += timedelta(seconds=rng.randint(*NEXT_VIEW))
     return sorted(events, key=lambda e: e["_time"])
 
 
@@ -80,6 +84,7 @@ def generate(
         shaped,
         lambda moment, rng: _impressions(rng.choice(users), moment, rng),
         _malformed,
+        LONGEST,
     )
 
 

@@ -20,6 +20,10 @@ PRODUCTS = tuple(f"p{i}" for i in range(40))
 #: Products the changelog never creates: their purchases fall in category "unknown".
 UNLISTED = 4
 CATEGORIES = ("shoes", "outerwear", "accessories", "basics", "sale")
+#: Seconds between a session's events (drawn uniformly), and the longest a session lasts: four page
+#: views, a search, a click, a cart and a purchase.
+GAP = (5, 240)
+LONGEST = timedelta(seconds=7 * GAP[1])
 
 
 def _session(user: str, start: datetime, rng: random.Random) -> list[dict]:
@@ -38,7 +42,7 @@ def _session(user: str, start: datetime, rng: random.Random) -> list[dict]:
                 **fields,
             }
         )
-        moment += timedelta(seconds=rng.randint(5, 240))
+        moment += timedelta(seconds=rng.randint(*GAP))
 
     for _ in range(rng.randint(1, 4)):
         emit("page_view", page=rng.choice(PAGES))
@@ -89,7 +93,15 @@ def generate(
     ``users`` users (default: one per 20 records)."""
     names = [f"u{i}" for i in range(users or max(10, count // 20))]
     return sample(
-        start, end, count, seed, mix, shaped, lambda moment, rng: _session(rng.choice(names), moment, rng), _malformed
+        start,
+        end,
+        count,
+        seed,
+        mix,
+        shaped,
+        lambda moment, rng: _session(rng.choice(names), moment, rng),
+        _malformed,
+        LONGEST,
     )
 
 

@@ -33,3 +33,16 @@ def test_duplicates_resend_an_earlier_event():
             first_sent.setdefault(json.loads(record.value)["event_id"], record.send_at)
     for record in (r for r in records if r.kind == "duplicate"):
         assert first_sent[json.loads(record.value)["event_id"]] < record.send_at
+
+
+def test_unshaped_records_are_sent_at_a_steady_rate():
+    """Sessions begun before the start send their later events too: the rate does not climb as
+    sessions pile up (five minutes of bursts begun at the start: 0.6x the mean in the first half
+    minute, 1.5x in the last)."""
+    records = generate(START, START + timedelta(minutes=5), 30_000, seed=4, shaped=False)
+    assert records[0].send_at >= START
+    per_half_minute = [0] * 10
+    for record in records:  # a resent copy goes a second after its original, maybe after the end
+        per_half_minute[min(9, int((record.send_at - START).total_seconds() // 30))] += 1
+    mean = len(records) / 10
+    assert all(0.9 * mean <= sent <= 1.1 * mean for sent in per_half_minute), per_half_minute
