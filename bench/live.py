@@ -63,11 +63,12 @@ STEADY_SHARES = (0.25, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25)
 #: records/s is. At 5 ms and 0.01 s the broker took 0.50 core and the producers 0.22 at 11,400 events/s,
 #: CPU the speed layer shares on 2 cores; at 100 ms and 0.05 s, 0.25 and 0.08.
 LINGER_MS, TICK = 100, 0.05
-#: Records a core generates per second at least (a steady load's five minutes: 30,000 measured alone on an
-#: Intel Xeon host, where the sessions begun before the load, whose later events it sends too, took 73,000
-#: to 30,000): the load starts once its producers, sharing the machine's cores, may all have generated their
-#: share; :meth:`Load.begin` refuses it if not.
-GENERATED_PER_SECOND = 9_000
+#: A load starts once its producers may have generated their share, at this share of the speed one core
+#: generated a sample of the same load at just before (:func:`_generated_per_second`): they share the
+#: machine's cores with one another and the services. :meth:`Load.begin` refuses a load that was not ready.
+GENERATING_SHARE = 0.5
+#: Records of that sample.
+SAMPLE = 20_000
 #: The freshness load's users.
 USERS = 200
 WARM_UP = 60
@@ -169,7 +170,7 @@ class Load:
         if latest > self.start:
             raise RuntimeError(
                 f"the load's producers had generated their records {latest - self.start:.0f} s after "
-                f"its start: bench.live.GENERATED_PER_SECOND is too high for this machine"
+                f"its start: bench.live.GENERATING_SHARE is too high for this machine"
             )
         time.sleep(max(0.0, self.start - time.time()))
 
@@ -179,14 +180,21 @@ class Load:
             proc.join()
 
 
-def load(
-    settings: Deployment, rate: float, seconds: float, seed: int, users: int | None = None, start: float | None = None
-) -> Load:
-    """Producer processes that send ``rate`` events/s in all for ``seconds``, from ``start`` (seconds
-    since the epoch; default: once they may have generated their share)."""
+def _generated_per_second(seconds: float, users: int | None) -> float:
+    """Records per second one core generates of a load of ``seconds``, timed on :data:`SAMPLE` of them
+    (per record, a short load costs more: its sessions begun before it are more of those generated)."""
+    began, timed = datetime.now(UTC), time.perf_counter()
+    generator.generate(began, began + timedelta(seconds=seconds), SAMPLE, seed=0, shaped=False, users=users)
+    return SAMPLE / (time.perf_counter() - timed)
+
+
+def load(settings: Deployment, rate: float, seconds: float, seed: int, users: int | None = None) -> Load:
+    """Producer processes that send ``rate`` events/s in all for ``seconds``, from when they may have
+    generated their share."""
     count = max(1, math.ceil(rate / PER_PRODUCER))
     cores = min(count, os.cpu_count() or 1)
-    start = start or time.time() + 5 + rate * seconds / (GENERATED_PER_SECOND * cores)
+    speed = GENERATING_SHARE * cores * _generated_per_second(seconds, users)
+    start = time.time() + 5 + rate * seconds / speed
     ready: multiprocessing.Queue = multiprocessing.Queue()
     procs = [
         multiprocessing.Process(
