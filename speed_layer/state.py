@@ -8,8 +8,8 @@ driver's (the fold's own database: :mod:`views.sql` names its tables).
   watermark minus the longest FollowedBy bound: later events may still follow them. Each with the hash
   of its values of each join's ``on`` columns (:func:`views.sql.on_key`), which a micro-batch probes.
 - **seen events** (:data:`views.sql.SEEN`): the :func:`key` and time of the first copy of every event
-  that was not late, and whether it is a recent one, as long as it is kept whole or its time is at or
-  after the watermark: later copies of these are duplicates (a copy of an older one is late). A
+  that was not late, as long as its time is at or after the watermark: later copies of these are
+  duplicates (a copy of an older one is late, whether or not it is still kept whole). A
   micro-batch's ids probe every key here: as numbers, they are hashed and compared at the speed of
   memory, where as text their probe grew with the state to most of a micro-batch (0.1 s with 1.6
   million events held, after 5 minutes at 6,750 events/s).
@@ -87,7 +87,7 @@ class State:
 
     def seen(self, events: str) -> str:
         """SQL: the rows of :data:`views.sql.SEEN` for ``events``."""
-        return f"SELECT {key('event_id')} AS event_key, event_time, {self.followed} AS recent FROM {events}"
+        return f"SELECT {key('event_id')} AS event_key, event_time FROM {events}"
 
     def grow_sessions(self, view: View) -> None:
         """Replace the micro-batch's touched sessions of ``view`` with its grown ones."""
@@ -96,15 +96,19 @@ class State:
         self.db.execute(f"INSERT INTO {opened} SELECT * FROM {sql.grown(view)}")
 
     def held(self) -> dict[str, int]:
-        """What it holds: events remembered (by key, some whole too), open sessions, and the bytes its
-        tables take in the fold's database."""
+        """What it holds: events remembered (by key at or after the watermark, whole if a FollowedBy join
+        reads them, both for some), open sessions, and the bytes its tables take in the fold's database."""
         sessions = [sql.open_sessions(v) for v in self.views if isinstance(v.window, Session)]
-        counts = [f"(SELECT count(*) FROM {table})" for table in (sql.SEEN, *sessions)]
-        [(seen, *opened)] = self.db.execute(f"SELECT {', '.join(counts)}").fetchall()
+        counts = [
+            f"(SELECT count(*) FROM {sql.SEEN})",
+            f"(SELECT count(*) FROM {sql.RECENT} WHERE event_time < ?)",  # kept whole only
+            *(f"(SELECT count(*) FROM {table})" for table in sessions),
+        ]
+        [(seen, whole, *opened)] = self.db.execute(f"SELECT {', '.join(counts)}", [self.watermark]).fetchall()
         [(taken,)] = self.db.execute(
             "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
         ).fetchall()
-        return {"events": seen, "sessions": sum(opened), "bytes": int(taken)}
+        return {"events": seen + whole, "sessions": sum(opened), "bytes": int(taken)}
 
     def advance(self, newest: datetime | None) -> None:
         """Move the watermark past a micro-batch's newest event time; forget what it makes useless: events
@@ -114,10 +118,7 @@ class State:
         if self.watermark is None:
             return
         self.db.execute(f"DELETE FROM {sql.RECENT} WHERE event_time < ?", [self.horizon])
-        self.db.execute(
-            f"DELETE FROM {sql.SEEN} WHERE event_time < ? AND (NOT recent OR event_time < ?)",
-            [self.watermark, self.horizon],
-        )
+        self.db.execute(f"DELETE FROM {sql.SEEN} WHERE event_time < ?", [self.watermark])
         for view in self.views:
             if isinstance(view.window, Session):
                 self.db.execute(
