@@ -33,10 +33,7 @@ def jars() -> list[str]:
 #: HotSpot's 8,000-byte limit, and ran interpreted (its reason column: 1.3 s -> 0.6 s per 200k records).
 #: The throughput collector (ParallelGC): on two cores it costs the speed layer less CPU than G1's
 #: concurrent marking and write barriers (warm 200k micro-batches in one process: 10.4 -> 8.9 s each).
-#: Its young generation at most 256 MB: left to itself it grew toward a third of the heap for a live heap
-#: of 100-400 MB, and the speed layer's resident memory with it, for several minutes of a steady load
-#: (at 3,650 events/s, 150 MB lower at minute 5 with the bound; drains of 1M events as fast).
-JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC -XX:MaxNewSize=256m"
+JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 #: The long-lived batch engine's collector instead: G1, which gives the heap that a backfill's runs in
 #: flight grew back to the system once the engine idles (a full collection when 10 s pass without one,
 #: leaving at most 30% of the heap free), where the throughput collector keeps it for the JVM's life;
