@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import duckdb
 
@@ -198,33 +199,57 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
 AGAIN_SECONDS = 0.05
 
 
+@dataclass
+class _Limit:
+    """A running query's limits: interrupt ``con`` at ``until`` (monotonic seconds) or, with a ``clock``
+    (a thread's CPU clock), once that clock reads ``cpu_until``; the thread looks again ``at``."""
+
+    con: duckdb.DuckDBPyConnection
+    at: float
+    until: float
+    clock: int | None = None
+    cpu_until: float = 0.0
+
+    def cpu_left(self) -> float:
+        """The CPU seconds left before ``cpu_until`` (0 without a clock)."""
+        return 0.0 if self.clock is None else self.cpu_until - time.clock_gettime(self.clock)
+
+
 class _Deadlines:
-    """One thread that interrupts each running query at its time limit, and again every
+    """One thread that interrupts each running query at its limit, and again every
     :data:`AGAIN_SECONDS` until it stopped: an interrupt that comes before the database started the
     query is lost, and it would run on for hours. (A thread per query cost a point query a tenth of its
-    time.) A query's deadline is dropped under the lock the thread interrupts under, so no interrupt
+    time.) A query's limit is dropped under the lock the thread interrupts under, so no interrupt
     comes after :meth:`limit` ends: it would stop what runs next on the connection (a soak's next query)."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        """Start with no deadline and no thread (as a forked child does: it has none of its parent's threads)."""
-        self._due: dict[object, tuple[float, duckdb.DuckDBPyConnection]] = {}
+        """Start with no limit and no thread (as a forked child does: it has none of its parent's threads)."""
+        self._due: dict[object, _Limit] = {}
         self._changed = threading.Condition()
         self._wakes = float("inf")  # when the thread wakes next
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def limit(self, con: duckdb.DuckDBPyConnection, timeout: float) -> Iterator[None]:
-        """Interrupt ``con`` once ``timeout`` seconds have passed, until the block ends."""
-        key, deadline = object(), time.monotonic() + max(timeout, 0)
+    def limit(self, con: duckdb.DuckDBPyConnection, timeout: float, cpu_seconds: float | None) -> Iterator[None]:
+        """Interrupt ``con`` once ``timeout`` seconds have passed or, given ``cpu_seconds``, once the
+        calling thread has used that much CPU time, until the block ends."""
+        now = time.monotonic()
+        until = now + max(timeout, 0)
+        if cpu_seconds is None:
+            due = _Limit(con, until, until)
+        else:  # its CPU time cannot run out before that much time has passed
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+            due = _Limit(con, min(now + cpu_seconds, until), until, clock, time.clock_gettime(clock) + cpu_seconds)
+        key = object()
         with self._changed:
-            self._due[key] = (deadline, con)
+            self._due[key] = due
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="query-time-limits", daemon=True)
                 self._thread.start()
-            if deadline < self._wakes:
+            if due.at < self._wakes:
                 self._changed.notify()
         try:
             yield
@@ -240,12 +265,17 @@ class _Deadlines:
                 self._changed.wait(self._wakes - now if self._due else None)
 
     def _interrupt(self, now: float) -> float:
-        """Interrupt the queries past their deadline, each again :data:`AGAIN_SECONDS` later; the next deadline."""
-        for key, (deadline, con) in list(self._due.items()):
-            if deadline <= now:
-                con.interrupt()
-                self._due[key] = (now + AGAIN_SECONDS, con)
-        return min((deadline for deadline, _ in self._due.values()), default=float("inf"))
+        """Interrupt the queries past their limit, each again :data:`AGAIN_SECONDS` later; when to look next."""
+        for due in self._due.values():
+            if due.at > now:
+                continue
+            left = due.cpu_left()
+            if left > 0 and now < due.until:  # off the cores meanwhile: its CPU time runs out no sooner
+                due.at = min(now + left, due.until)
+            else:
+                due.con.interrupt()
+                due.at = now + AGAIN_SECONDS
+        return min((due.at for due in self._due.values()), default=float("inf"))
 
 
 _deadlines = _Deadlines()
@@ -253,12 +283,18 @@ os.register_at_fork(after_in_child=_deadlines.reset)
 
 
 def run(
-    con: duckdb.DuckDBPyConnection, sql: str, timeout: float, max_rows: int, params: dict | None = None
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    timeout: float,
+    max_rows: int,
+    params: dict | None = None,
+    cpu_seconds: float | None = None,
 ) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
-    seconds, refused beyond ``max_rows`` rows."""
+    seconds or, given ``cpu_seconds``, once the calling thread used that much CPU time (the query's own
+    when the database has one thread: it runs each query on its caller's); refused beyond ``max_rows`` rows."""
     try:
-        with _deadlines.limit(con, timeout):
+        with _deadlines.limit(con, timeout, cpu_seconds):
             result = con.execute(sql, params)
             rows = result.fetchmany(max_rows + 1)
             con.abort()  # the rows beyond the limit, so that the cursor can be used again

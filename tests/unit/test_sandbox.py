@@ -29,6 +29,8 @@ from views.compile import SKETCH_LGK
 from views.timebase import UTC
 
 WINDOW = pa.timestamp("us", "UTC")
+#: A query that runs for hours, in constant memory.
+ENDLESS = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"
 
 
 @pytest.fixture
@@ -150,7 +152,7 @@ def test_a_time_limit_reached_before_the_query_starts_still_stops_it():
     """An interrupt that comes before the database started a query is lost (it would run for hours): the
     time limit interrupts again until the query stopped."""
     con, pool = sandbox.connect("1GB", 1), ThreadPoolExecutor(1)
-    running = pool.submit(sandbox.run, con, "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3", 0, 10)
+    running = pool.submit(sandbox.run, con, ENDLESS, 0, 10)
     try:
         with pytest.raises(sandbox.TimeLimit):
             running.result(timeout=10)
@@ -165,11 +167,10 @@ def test_no_interrupt_outlives_its_query():
     runs next on the cursor (in a soak, the next query's registering of its tables). Queries on other
     cursors meanwhile keep their own limits."""
     con, other = sandbox.connect("1GB", 1).cursor(), sandbox.connect("1GB", 1).cursor()
-    endless = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"
     with ThreadPoolExecutor(1) as pool:
-        later = pool.submit(sandbox.run, other, endless, 0.5, 10)
+        later = pool.submit(sandbox.run, other, ENDLESS, 0.5, 10)
         with pytest.raises(sandbox.TimeLimit):
-            sandbox.run(con, endless, 0.05, 10)
+            sandbox.run(con, ENDLESS, 0.05, 10)
         assert not later.done()
         con.register("t", pa.table({"a": [1]}))
         for _ in range(3):  # past the time the limit would interrupt again
@@ -438,6 +439,31 @@ def test_a_switch_of_version_shows_at_the_next_query(settings):
         assert served() == [(views,)]
 
 
+def _pause(seconds: float) -> float:
+    """Sleep ``seconds``: a query calling it waits off the cores, as one that others keep from them does."""
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_cpu_time_limit_counts_the_query_s_thread_not_its_waits():
+    """Given CPU seconds, a query is stopped once its thread used that much CPU time, not while it waits
+    off the cores; its time limit still holds."""
+    con = sandbox.connect("1GB", 1).cursor()
+    con.create_function("pause", _pause, ["DOUBLE"], "DOUBLE", side_effects=True)
+    with pytest.raises(sandbox.TimeLimit):
+        sandbox.run(con, "SELECT pause(0.5)", 0.2, 10)
+    assert sandbox.run(con, "SELECT pause(0.5)", 5, 10, cpu_seconds=0.2)[1] == [(0.5,)]
+    clock = time.pthread_getcpuclockid(threading.get_ident())
+    used, began = time.clock_gettime(clock), time.monotonic()
+    with pytest.raises(sandbox.TimeLimit):
+        sandbox.run(con, ENDLESS, 5, 10, cpu_seconds=0.2)
+    assert time.clock_gettime(clock) - used >= 0.2 and time.monotonic() - began < 2
+    began = time.monotonic()
+    with pytest.raises(sandbox.TimeLimit):
+        sandbox.run(con, ENDLESS, 0.2, 10, cpu_seconds=5)
+    assert 0.2 <= time.monotonic() - began < 2
+
+
 def test_a_query_past_the_fast_lane_is_answered_from_the_slow_lane(settings):
     """A query still running after ``query_fast_lane_seconds`` is run again in the slow lane, where it
     finishes (on a thread of lower priority), or is stopped at its time limit, counted from its start."""
@@ -449,18 +475,35 @@ def test_a_query_past_the_fast_lane_is_answered_from_the_slow_lane(settings):
     stopped = settings.with_overrides(query_fast_lane_seconds=0.2, query_timeout_seconds=1)
     began = time.monotonic()
     with pytest.raises(QueryError, match=r"^stopped after 1 s, the time limit"):
-        engine.query(stopped, "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3")
+        engine.query(stopped, ENDLESS)
     assert time.monotonic() - began < 3
+
+
+def test_a_short_query_kept_off_the_cores_is_answered_beside_the_slow_lane(settings):
+    """The fast lane counts a query's CPU time: a query that waits off the cores past
+    ``query_fast_lane_seconds`` stays there and is answered while a long query holds the slow lane,
+    behind which it would wait until its time limit."""
+    lanes = settings.with_overrides(query_fast_lane_seconds=0.2, query_timeout_seconds=3)
+    held = engine._engine(lanes)
+    held._db.create_function("pause", _pause, ["DOUBLE"], "DOUBLE", side_effects=True)
+    with ThreadPoolExecutor(1) as pool:
+        endless, deadline = pool.submit(engine.query, lanes, ENDLESS), time.monotonic() + 2
+        while held._slow_run is None:
+            assert time.monotonic() < deadline, "the endless query never took the slow lane"
+            time.sleep(0.01)
+        assert engine.query(lanes, "SELECT pause(0.5)")[1] == [(0.5,)]
+        assert not endless.done()
+        with pytest.raises(QueryError, match=r"^stopped after 3 s, the time limit"):
+            endless.result()
 
 
 def test_slow_queries_take_the_slow_lane_one_at_a_time(settings):
     """Two queries past the fast lane at once: one runs in the slow lane while the other waits its turn,
     and the waiting counts against its time limit."""
     lanes = settings.with_overrides(query_fast_lane_seconds=0.1, query_timeout_seconds=2)
-    endless = "SELECT count(*) FROM range(1000000000000) WHERE range % 7 = 3"  # hours, in constant memory
     with ThreadPoolExecutor(2) as pool:
         began = time.monotonic()
-        runs = [pool.submit(engine.query, lanes, endless) for _ in range(2)]
+        runs = [pool.submit(engine.query, lanes, ENDLESS) for _ in range(2)]
         for run in runs:
             with pytest.raises(QueryError, match=r"^stopped after 2 s, the time limit"):
                 run.result()
