@@ -108,11 +108,11 @@ class Deployment:
     #: ``lambdalake query``: a query is stopped after this many seconds, and refused beyond this many rows.
     query_timeout_seconds: float = 30
     query_max_rows: int = 100_000
-    #: A query still running after this many seconds of CPU time (its thread's, with one query thread; or
-    #: five times that of wall time) goes on in the slow lane, one at a time (serving_layer.engine),
-    #: leaving the cores to the short ones. With 20 clients sending runaway queries beside 8 sending point
-    #: queries (bench.reliability's hostile queries, 45 s, 2 cores, when this was wall time), the point
-    #: queries' p99 was 699 ms at 1 s and 204 ms at 0.2 s (109 ms with no runaway client).
+    #: A query still running after this many seconds (longer while others keep it off the cores:
+    #: serving_layer.engine.FAST_LANE_CPU_SHARE) goes on in the slow lane, one at a time, leaving the
+    #: cores to the short ones. With 20 clients sending runaway queries beside 8 sending point queries
+    #: (bench.reliability's hostile queries, 45 s, 2 cores), the point queries' p99 was 699 ms at 1 s and
+    #: 204 ms at 0.2 s (109 ms with no runaway client).
     query_fast_lane_seconds: float = 0.2
     #: The query engine (DuckDB; the CLI's, the HTTP API's) uses at most this much memory, for its copies of
     #: the views' tables and every query running at once, and this many threads; a query that would need

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import duckdb
 
@@ -195,6 +196,15 @@ def _from_item(ref: dict, names: set[str], known: set[str]) -> None:
         raise QueryError(f"{kind} is not allowed in FROM")
 
 
+class OnCpu(NamedTuple):
+    """A query's limit by its thread's CPU time (the query's own when the database has one thread: it runs
+    each query on its caller's): stopped once ``seconds`` have passed and the thread used ``cpu`` seconds
+    of CPU time (a query kept off the cores meanwhile goes on until it had them)."""
+
+    seconds: float
+    cpu: float
+
+
 #: How often a query past its time limit is interrupted again until it stopped.
 AGAIN_SECONDS = 0.05
 
@@ -202,7 +212,7 @@ AGAIN_SECONDS = 0.05
 @dataclass
 class _Limit:
     """A running query's limits: interrupt ``con`` at ``until`` (monotonic seconds) or, with a ``clock``
-    (a thread's CPU clock), once that clock reads ``cpu_until``; the thread looks again ``at``."""
+    (a thread's CPU clock), once that clock reads ``cpu_until``, looked at first at ``at``."""
 
     con: duckdb.DuckDBPyConnection
     at: float
@@ -233,16 +243,16 @@ class _Deadlines:
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def limit(self, con: duckdb.DuckDBPyConnection, timeout: float, cpu_seconds: float | None) -> Iterator[None]:
-        """Interrupt ``con`` once ``timeout`` seconds have passed or, given ``cpu_seconds``, once the
-        calling thread has used that much CPU time, until the block ends."""
+    def limit(self, con: duckdb.DuckDBPyConnection, timeout: float, on_cpu: OnCpu | None) -> Iterator[None]:
+        """Interrupt ``con`` once ``timeout`` seconds have passed or, given ``on_cpu``, once its seconds
+        have passed and the calling thread has used its CPU seconds since now, until the block ends."""
         now = time.monotonic()
         until = now + max(timeout, 0)
-        if cpu_seconds is None:
+        if on_cpu is None:
             due = _Limit(con, until, until)
-        else:  # its CPU time cannot run out before that much time has passed
+        else:
             clock = time.pthread_getcpuclockid(threading.get_ident())
-            due = _Limit(con, min(now + cpu_seconds, until), until, clock, time.clock_gettime(clock) + cpu_seconds)
+            due = _Limit(con, min(now + on_cpu.seconds, until), until, clock, time.clock_gettime(clock) + on_cpu.cpu)
         key = object()
         with self._changed:
             self._due[key] = due
@@ -270,7 +280,7 @@ class _Deadlines:
             if due.at > now:
                 continue
             left = due.cpu_left()
-            if left > 0 and now < due.until:  # off the cores meanwhile: its CPU time runs out no sooner
+            if left > 0 and now < due.until:  # kept off the cores meanwhile: it has that long at least
                 due.at = min(now + left, due.until)
             else:
                 due.con.interrupt()
@@ -288,13 +298,12 @@ def run(
     timeout: float,
     max_rows: int,
     params: dict | None = None,
-    cpu_seconds: float | None = None,
+    on_cpu: OnCpu | None = None,
 ) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (``params`` bound to its ``$name`` parameters) on ``con``, interrupted after ``timeout``
-    seconds or, given ``cpu_seconds``, once the calling thread used that much CPU time (the query's own
-    when the database has one thread: it runs each query on its caller's); refused beyond ``max_rows`` rows."""
+    seconds or earlier as ``on_cpu`` says; refused beyond ``max_rows`` rows."""
     try:
-        with _deadlines.limit(con, timeout, cpu_seconds):
+        with _deadlines.limit(con, timeout, on_cpu):
             result = con.execute(sql, params)
             rows = result.fetchmany(max_rows + 1)
             con.abort()  # the rows beyond the limit, so that the cursor can be used again

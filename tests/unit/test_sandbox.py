@@ -446,21 +446,21 @@ def _pause(seconds: float) -> float:
 
 
 def test_a_cpu_time_limit_counts_the_query_s_thread_not_its_waits():
-    """Given CPU seconds, a query is stopped once its thread used that much CPU time, not while it waits
-    off the cores; its time limit still holds."""
+    """Limited by its thread's CPU time (:class:`sandbox.OnCpu`), a query is stopped once the time has
+    passed and its thread had the CPU time, not while it waits off the cores; its time limit still holds."""
     con = sandbox.connect("1GB", 1).cursor()
     con.create_function("pause", _pause, ["DOUBLE"], "DOUBLE", side_effects=True)
     with pytest.raises(sandbox.TimeLimit):
         sandbox.run(con, "SELECT pause(0.5)", 0.2, 10)
-    assert sandbox.run(con, "SELECT pause(0.5)", 5, 10, cpu_seconds=0.2)[1] == [(0.5,)]
+    assert sandbox.run(con, "SELECT pause(0.5)", 5, 10, on_cpu=sandbox.OnCpu(0.2, 0.1))[1] == [(0.5,)]
     clock = time.pthread_getcpuclockid(threading.get_ident())
     used, began = time.clock_gettime(clock), time.monotonic()
     with pytest.raises(sandbox.TimeLimit):
-        sandbox.run(con, ENDLESS, 5, 10, cpu_seconds=0.2)
-    assert time.clock_gettime(clock) - used >= 0.2 and time.monotonic() - began < 2
+        sandbox.run(con, ENDLESS, 5, 10, on_cpu=sandbox.OnCpu(0.3, 0.2))
+    assert time.clock_gettime(clock) - used >= 0.2 and 0.3 <= time.monotonic() - began < 2
     began = time.monotonic()
     with pytest.raises(sandbox.TimeLimit):
-        sandbox.run(con, ENDLESS, 0.2, 10, cpu_seconds=5)
+        sandbox.run(con, ENDLESS, 0.2, 10, on_cpu=sandbox.OnCpu(0.1, 5))
     assert 0.2 <= time.monotonic() - began < 2
 
 
@@ -480,9 +480,9 @@ def test_a_query_past_the_fast_lane_is_answered_from_the_slow_lane(settings):
 
 
 def test_a_short_query_kept_off_the_cores_is_answered_beside_the_slow_lane(settings):
-    """The fast lane counts a query's CPU time: a query that waits off the cores past
-    ``query_fast_lane_seconds`` stays there and is answered while a long query holds the slow lane,
-    behind which it would wait until its time limit."""
+    """A query that waits off the cores past ``query_fast_lane_seconds`` stays in the fast lane (until
+    it had its share of CPU time, :data:`engine.FAST_LANE_CPU_SHARE`, or a few times as long) and is
+    answered while a long query holds the slow lane, behind which it would wait until its time limit."""
     lanes = settings.with_overrides(query_fast_lane_seconds=0.2, query_timeout_seconds=3)
     held = engine._engine(lanes)
     held._db.create_function("pause", _pause, ["DOUBLE"], "DOUBLE", side_effects=True)
