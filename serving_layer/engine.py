@@ -92,9 +92,9 @@ SLOW_LANE_NICENESS = 10
 #: A query leaves the fast lane after ``query_fast_lane_seconds`` once its thread had this share of them
 #: on a core, and after this many times them in any case (a scan of the master dataset works on Arrow's
 #: threads too). Beside 20 clients sending runaway queries (bench.reliability's hostile queries), a
-#: point query was sent to the slow lane after 0.2 s with less than 0.02 s of CPU time, to wait there
-#: behind a 30 s query; a fast lane of 0.2 s of CPU time kept them, but took the point queries' p99 from
-#: 31 to 41-51 ms: the runaway queries' time on the cores grew with it.
+#: point query kept off the cores for 0.2 s was sent to the slow lane, to wait there behind a 30 s query
+#: (in a probe, one of 50,913 took 15 s); a fast lane of 0.2 s of CPU time kept them, but took the point
+#: queries' p99 from 31 to 41-51 ms: the runaway queries had the cores longer. With this: 31-34 ms.
 FAST_LANE_CPU_SHARE, FAST_LANE_STRETCH = 0.1, 5
 #: Seconds a query is given to stop once interrupted at its time limit.
 STOPPING_SECONDS = 1.0
@@ -677,9 +677,10 @@ class Engine:
     def _run(self, cursor: _Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` in the fast lane for ``query_fast_lane_seconds``, and on, up to
         :data:`FAST_LANE_STRETCH` times that, until its thread had :data:`FAST_LANE_CPU_SHARE` of it on a
-        core (with one thread, ``query_threads``, the query's own); if it needs more, stop it and run it
-        again in the slow lane until its time limit (waiting its turn counts). So a short query kept off
-        the cores by others is not sent to wait behind a long one."""
+        core (the thread's CPU time is the query's with one thread, ``query_threads``; with more, the fast
+        lane ends at ``query_fast_lane_seconds``); if it needs more, stop it and run it again in the slow
+        lane until its time limit (waiting its turn counts). So a short query kept off the cores by
+        others is not sent to wait behind a long one."""
         limit, fast, rows = (
             self.settings.query_timeout_seconds,
             self.settings.query_fast_lane_seconds,
