@@ -11,17 +11,17 @@ from duckdb.func import FunctionNullHandling
 from views import compile
 
 
-def _sketch_union(sketches: list[bytes | None]) -> bytes | None:
+def union(sketches: list[bytes | None]) -> bytes | None:
     """The union of Spark's HyperLogLog sketches (``hll_sketch_agg``), as a sketch."""
-    union, found = hll_union(compile.SKETCH_LGK), False
+    merged, found = hll_union(compile.SKETCH_LGK), False
     for sketch in sketches or ():
         if sketch is not None:
-            union.update(hll_sketch.deserialize(sketch))
+            merged.update(hll_sketch.deserialize(sketch))
             found = True
-    return union.get_result().serialize_compact() if found else None
+    return merged.get_result().serialize_compact() if found else None
 
 
-def _sketch_of(values: list[str | None] | None, lg_k: int) -> bytes:
+def sketch_of(values: list[str | None] | None, lg_k: int) -> bytes:
     """A sketch of ``values`` (nulls left out), as Spark's ``hll_sketch_agg`` makes one (HLL_8)."""
     sketch = hll_sketch(lg_k, tgt_hll_type.HLL_8)
     for value in values or ():
@@ -30,15 +30,16 @@ def _sketch_of(values: list[str | None] | None, lg_k: int) -> bytes:
     return sketch.serialize_compact()
 
 
-def _sketch_estimate(sketch: bytes | None) -> int | None:
+def estimate(sketch: bytes | None) -> int | None:
+    """A sketch's estimate, as Spark's ``hll_sketch_estimate`` gives it (rounded)."""
     return None if sketch is None else round(hll_sketch.deserialize(sketch).get_estimate())
 
 
 def sketch_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Spark's sketch functions that the views' merge SQL uses, over the same sketch bytes."""
     special = FunctionNullHandling.SPECIAL
-    con.create_function("hll_union_list", _sketch_union, ["BLOB[]"], "BLOB", null_handling=special)
-    con.create_function("hll_sketch_estimate", _sketch_estimate, ["BLOB"], "BIGINT", null_handling=special)
+    con.create_function("hll_union_list", union, ["BLOB[]"], "BLOB", null_handling=special)
+    con.create_function("hll_sketch_estimate", estimate, ["BLOB"], "BIGINT", null_handling=special)
     con.execute("CREATE MACRO hll_union_agg(sketch) AS hll_union_list(list(sketch))")
-    con.create_function("hll_sketch_list", _sketch_of, ["VARCHAR[]", "INTEGER"], "BLOB", null_handling=special)
+    con.create_function("hll_sketch_list", sketch_of, ["VARCHAR[]", "INTEGER"], "BLOB", null_handling=special)
     con.execute("CREATE MACRO hll_sketch_agg(value, lg_k) AS hll_sketch_list(list(value), lg_k)")
